@@ -1,0 +1,12 @@
+"""Registers the built-in rewards, lazily: their modules load only when a recipe uses them."""
+
+from __future__ import annotations
+
+from unirl.hookspecs import hookimpl
+from unirl.registry import Registry
+
+
+@hookimpl
+def unirl_add_rewards(registry: Registry) -> None:
+    registry.add("unirl_rewards.math_answer:math_answer", name="math_answer")
+    registry.add("unirl_rewards.formats:bare_number", name="bare_number")

@@ -1,0 +1,234 @@
+"""TRL as a unirl backend: capabilities, the recipe -> GRPOConfig mapping table, plan, validate.
+
+Batch semantics are TRL's, converted honestly: TRL's ``per_device_train_batch_size`` counts
+*completions* per micro-batch, ``max_steps`` counts optimizer updates, and one generation batch of
+``prompts_per_step x samples_per_prompt`` completions is spread over
+``steps_per_generation = mini_batches x gradient_accumulation_steps`` micro-batches.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import asdict
+from typing import Any, ClassVar
+
+from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
+from unirl.framework import Capabilities, Mapping
+from unirl.plan import LaunchPlan, MappedField
+from unirl.recipe import BUILTIN_PREFIX, Recipe
+
+NAME = "trl"
+ENTRYPOINT = "unirl_trl.runner:run"
+
+CAPABILITIES = Capabilities(
+    algorithms=("grpo",),
+    rollout_engines=("hf", "vllm"),
+    placement=("colocated", "disaggregated (vLLM server mode)"),
+    modes=("sync",),
+    training_backends=("accelerate", "DeepSpeed", "FSDP"),
+    multi_node="accelerate/torchrun; vLLM server on its own nodes",
+    custom_reward="Python callables in reward_funcs (unirl passes an adapter per reward)",
+    runs_on_cpu=True,
+    kl_estimators=("k3",),
+    loss_aggregations=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+)
+
+LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
+# Special tokens the builtin tiny model must never sample inside a completion (pad, bos, unk).
+BUILTIN_SUPPRESS = [0, 1, 3]
+
+
+def batch_layout(r: Recipe) -> dict[str, int]:
+    """Completions per micro-batch, accumulation and generation spread, from the recipe's batch fields."""
+    a = r.algorithm
+    per_device_update = r.completions_per_step // a.mini_batches_per_step // r.world_size
+    micro = a.micro_batch_size or per_device_update
+    accumulation = per_device_update // micro
+    spread = a.mini_batches_per_step * accumulation
+    return {"micro": micro, "accumulation": accumulation, "steps_per_generation": spread}
+
+
+def _updates(r: Recipe, steps: int) -> int:
+    """unirl counts training steps; TRL counts optimizer updates (mini_batches_per_step per step)."""
+    return steps * r.algorithm.mini_batches_per_step
+
+
+def _precision(r: Recipe) -> dict[str, Any]:
+    dtype = r.model.dtype
+    if dtype == "bfloat16":
+        return {"bf16": True, "fp16": False}
+    if dtype == "float16":
+        return {"bf16": False, "fp16": True}
+    if dtype == "auto" and r.resources.device == "cuda":
+        return {"bf16": True, "fp16": False}
+    # float32, or auto where the device is only known at launch (the runner turns bf16 on for CUDA).
+    return {"bf16": False, "fp16": False}
+
+
+MAPPING: tuple[Mapping, ...] = (
+    Mapping("seed", "seed", lambda r: r.seed),
+    Mapping("algorithm.steps", "max_steps", lambda r: _updates(r, r.algorithm.steps),
+            "TRL counts optimizer updates: steps x mini_batches_per_step"),
+    Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt),
+    Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],
+            "TRL counts completions per device micro-batch, not prompts"),
+    Mapping("algorithm.micro_batch_size", "gradient_accumulation_steps", lambda r: batch_layout(r)["accumulation"],
+            "micro-batches per optimizer update on one device"),
+    Mapping("algorithm.mini_batches_per_step", "steps_per_generation",
+            lambda r: batch_layout(r)["steps_per_generation"],
+            "one generation of prompts_per_step x samples_per_prompt completions feeds this many micro-batches"),
+    Mapping("algorithm.epochs_per_batch", "num_iterations", lambda r: r.algorithm.epochs_per_batch),
+    Mapping("algorithm.lr", "learning_rate", lambda r: r.algorithm.lr, "TRL's default 1e-6 is set explicitly"),
+    Mapping("algorithm.lr_schedule", "lr_scheduler_type", lambda r: r.algorithm.lr_schedule),
+    Mapping("algorithm.warmup_steps", "warmup_steps", lambda r: r.algorithm.warmup_steps),
+    Mapping("algorithm.weight_decay", "weight_decay", lambda r: r.algorithm.weight_decay),
+    Mapping("algorithm.max_grad_norm", "max_grad_norm", lambda r: r.algorithm.max_grad_norm),
+    Mapping("algorithm.kl_coef", "beta", lambda r: r.algorithm.kl_coef, "0 = no reference model is loaded"),
+    Mapping("algorithm.kl_estimator", "(fixed k3)", lambda r: "k3",
+            "TRL's KL term is always the k3 estimator",
+            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_estimator in ("k3", "low_var_kl"),
+            supported_text="only k3 (low_var_kl) when kl_coef > 0"),
+    Mapping("algorithm.clip_low", "epsilon", lambda r: r.algorithm.clip_low),
+    Mapping("algorithm.clip_high", "epsilon_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low),
+    Mapping("algorithm.loss_aggregation", "loss_type", lambda r: LOSS_TYPE[r.algorithm.loss_aggregation],
+            "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo"),
+    Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm),
+    Mapping("algorithm.entropy_coef", "entropy_coef", lambda r: r.algorithm.entropy_coef),
+    Mapping("algorithm.temperature", "temperature", lambda r: r.algorithm.temperature),
+    Mapping("algorithm.top_p", "top_p", lambda r: r.algorithm.top_p),
+    Mapping("algorithm.max_new_tokens", "max_completion_length", lambda r: r.algorithm.max_new_tokens),
+    Mapping("rewards[].weight", "reward_weights", lambda r: [float(s.weight) for s in r.rewards]),
+    Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU"),
+    Mapping("resources.device", "use_cpu", lambda r: r.resources.device == "cpu",
+            "auto: CPU unless CUDA is present (decided at launch)"),
+    Mapping("rollout.engine", "use_vllm", lambda r: r.rollout.engine == "vllm",
+            supported=lambda r: r.rollout.engine in CAPABILITIES.rollout_engines,
+            supported_text="hf (transformers generate) and vllm"),
+    Mapping("rollout.colocated", "vllm_mode", lambda r: "colocate" if r.rollout.colocated else "server",
+            "only used with rollout.engine=vllm"),
+    Mapping("rollout.tensor_parallel", "vllm_tensor_parallel_size", lambda r: r.rollout.tensor_parallel),
+    Mapping("rollout.gpu_memory_fraction", "vllm_gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction),
+    Mapping("logging.every_steps", "logging_steps", lambda r: _updates(r, r.logging.every_steps)),
+    Mapping("run.checkpoint_every", "save_strategy/save_steps",
+            lambda r: {"save_strategy": "steps", "save_steps": _updates(r, r.run.checkpoint_every)}
+            if r.run.checkpoint_every else {"save_strategy": "no"}),
+    Mapping("resources.gradient_checkpointing", "gradient_checkpointing",
+            lambda r: r.resources.gradient_checkpointing, "TRL defaults to True; unirl to the recipe (False)"),
+    Mapping("data.max_prompt_tokens", "(dataset truncation)", lambda r: r.data.max_prompt_tokens,
+            "TRL removed max_prompt_length; unirl truncates prompts from the left before training"),
+)
+
+# GRPOConfig keys unirl always sets, because TRL's defaults are wrong for unirl's contract.
+FIXED: dict[str, Any] = {
+    "report_to": "none",  # unirl records metrics itself (metrics.jsonl, lifecycle hooks)
+    "disable_tqdm": True,  # unirl draws its own progress bar
+    "remove_unused_columns": False,  # reward adapters read reference/data_source columns
+}
+
+
+class TrlFramework:
+    name = NAME
+    description = "Hugging Face TRL GRPOTrainer; in-process, runs on CPU or CUDA"
+    capabilities = CAPABILITIES
+    options: ClassVar[dict[str, Any]] = {"name": NAME, "python": None, "overrides": {}}
+
+    def installed_version(self) -> str | None:
+        try:
+            return md.version("trl")
+        except md.PackageNotFoundError:
+            return None
+
+    def plan(self, recipe: Recipe) -> LaunchPlan:
+        problems: list[FieldError] = []
+        for m in MAPPING:
+            if m.supported is not None and not m.supported(recipe):
+                problems.append(Unsupported(m.recipe_field, _field(recipe, m.recipe_field), NAME, m.supported_text))
+        if recipe.resources.nodes > 1:
+            problems.append(Unsupported("resources.nodes", recipe.resources.nodes, NAME,
+                                        "1 node per run from this plugin (multi-node TRL launch is not built yet)"))
+        if problems:
+            raise RecipeInvalid(problems, context=f"recipe for {NAME}")
+
+        rows: list[MappedField] = []
+        args: dict[str, Any] = {}
+        for m in MAPPING:
+            value = m.convert(recipe)
+            rows.append(MappedField(m.recipe_field, m.native_key, value, m.note))
+            if m.native_key.startswith("("):
+                continue
+            if isinstance(value, dict):
+                args.update(value)
+            else:
+                args[m.native_key] = value
+        args.update(FIXED)
+        if recipe.model.path.startswith(BUILTIN_PREFIX):
+            args["generation_kwargs"] = {"suppress_tokens": BUILTIN_SUPPRESS}
+        overrides = dict(recipe.framework.get("overrides") or {})
+        for key, value in sorted(overrides.items()):
+            rows.append(MappedField(f"framework.overrides.{key}", key, value, "raw GRPOConfig key, applied last"))
+        args.update(overrides)
+
+        native = {
+            "grpo_config": dict(sorted(args.items())),
+            "reward_funcs": [{"name": s.name, "weight": s.weight, "kwargs": dict(s.kwargs)} for s in recipe.rewards],
+            "model": {"path": recipe.model.path, "revision": recipe.model.revision, "dtype": recipe.model.dtype},
+            "data": {"train": recipe.data.train, "eval": recipe.data.eval},
+        }
+        return LaunchPlan(
+            framework=NAME,
+            framework_version=self.installed_version(),
+            entrypoint=ENTRYPOINT,
+            native_config=native,
+            mapping=rows,
+            command=[recipe.framework.get("python") or "python", "-m", "unirl_trl.runner", "--plan", "plan.json"],
+            in_process=recipe.framework.get("python") is None,
+            notes=[
+                "held-out evaluation is unirl's (greedy, before/after training), not TRL's eval loop",
+                "output_dir is set to <run dir>/trl at launch",
+            ],
+            recipe=asdict(recipe),
+        )
+
+    def validate(self, plan: LaunchPlan) -> None:
+        """Construct TRL's own GRPOConfig from the plan: TRL's checks, before any model loads."""
+        try:
+            from trl import GRPOConfig
+        except ImportError as exc:
+            raise UnirlError(f"TRL is not installed in this interpreter ({exc}); pip install 'unirl[trl]'") from exc
+        import tempfile
+
+        args = launch_args(plan)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                GRPOConfig(output_dir=tmp, **args)
+            except (TypeError, ValueError) as exc:
+                raise UnirlError(f"TRL {plan.framework_version} rejected the generated GRPOConfig: {exc}") from exc
+
+
+def launch_args(plan: LaunchPlan) -> dict[str, Any]:
+    """The plan's GRPOConfig arguments with the device and precision decided for this machine."""
+    import torch
+
+    args = dict(plan.native_config["grpo_config"])
+    device, dtype = plan.recipe["resources"]["device"], plan.recipe["model"]["dtype"]
+    has_cuda = torch.cuda.is_available()
+    if device == "cuda" and not has_cuda:
+        raise UnirlError("resources.device='cuda': this run expects a CUDA GPU and torch sees none "
+                         f"(torch {torch.__version__}); use resources.device=cpu or auto")
+    args["use_cpu"] = device == "cpu" or not has_cuda
+    if dtype == "auto":
+        args["bf16"] = not args["use_cpu"] and torch.cuda.is_bf16_supported()
+        args["fp16"] = False
+    # Version gate: transformers 5.x renamed gradient_checkpointing to activation_checkpointing.
+    from trl import GRPOConfig
+
+    if "activation_checkpointing" in GRPOConfig.__dataclass_fields__ and "gradient_checkpointing" in args:
+        args["activation_checkpointing"] = args.pop("gradient_checkpointing")
+    return args
+
+
+def _field(recipe: Recipe, dotted: str) -> Any:
+    obj: Any = recipe
+    for part in dotted.replace("[]", "").split("."):
+        obj = getattr(obj, part, None)
+    return obj

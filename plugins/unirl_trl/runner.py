@@ -1,0 +1,262 @@
+"""Runs a TRL plan: build or load the model, load data, evaluate, train with GRPOTrainer, evaluate.
+
+This is the only module of the TRL plugin that imports torch, transformers and TRL. It runs in the
+backend's interpreter: in-process for the embedded default, or ``python -m unirl_trl.runner``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from unirl.data import fingerprint, limit, load_rows, render_prompt
+from unirl.errors import UnirlError
+from unirl.manifest import build_manifest
+from unirl.plan import LaunchPlan
+from unirl.plugins import get_host
+from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe
+from unirl.rewards import RewardSet, Sample, build_reward_set, reward_sources
+from unirl.run import MANIFEST, NATIVE_CONFIG, PLAN, RunInfo, write_json
+from unirl_trl.framework import BUILTIN_SUPPRESS, launch_args
+from unirl_trl.reward_adapter import TrlRewardAdapter, finite_mean, text_of
+
+# TRL log keys -> unirl's metric names (the same names on every backend).
+METRIC_NAMES = {
+    "reward": "reward/total/mean",
+    "reward_std": "reward/total/std",
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "learning_rate": "lr",
+    "entropy": "entropy",
+    "kl": "kl",
+    "completions/mean_length": "completion_len/mean",
+    "completions/clipped_ratio": "completion_truncated/frac",
+    "frac_reward_zero_std": "group_zero_std/frac",
+    "clip_ratio/region_mean": "clip_ratio",
+    "step_time": "step_time_s",
+    "num_tokens": "tokens/total",
+}
+
+
+def load_model(recipe: Recipe) -> tuple[Any, Any, dict[str, Any]]:
+    """The policy and tokenizer, plus the manifest's model entry (id, revision or weights hash)."""
+    from unirl.embedded import tiny_model
+
+    path = recipe.model.path
+    if path.startswith(BUILTIN_PREFIX):
+        name = path[len(BUILTIN_PREFIX):]
+        init_seed = recipe.seed if recipe.model.init_seed is None else recipe.model.init_seed
+        model, tok = tiny_model.build(name, init_seed)
+        info = {"id": path, "init_seed": init_seed, "weights_sha256": tiny_model.weights_hash(model),
+                "parameters": sum(p.numel() for p in model.parameters())}
+        return model, tok, info
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    model = AutoModelForCausalLM.from_pretrained(path, revision=recipe.model.revision, dtype=dtype[recipe.model.dtype])
+    tok = AutoTokenizer.from_pretrained(path, revision=recipe.model.revision)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    info = {"id": path, "revision": recipe.model.revision or getattr(model.config, "_commit_hash", None),
+            "weights_sha256": tiny_model.weights_hash(model) if Path(path).is_dir() else None,
+            "parameters": sum(p.numel() for p in model.parameters())}
+    return model, tok, info
+
+
+def prepare_rows(rows: list[dict[str, Any]], data: DataConfig, tok: Any, source: str) -> list[dict[str, Any]]:
+    """Rendered prompt, reference and data source per row; prompts cut to data.max_prompt_tokens (from the left)."""
+    out = []
+    for row in rows:
+        prompt = render_prompt(row, data)
+        if data.max_prompt_tokens and isinstance(prompt, str):
+            ids = tok(prompt, add_special_tokens=False)["input_ids"]
+            if len(ids) > data.max_prompt_tokens:
+                prompt = tok.decode(ids[-data.max_prompt_tokens:])
+        reference = row.get(data.answer_key)
+        out.append({"prompt": prompt, "reference": None if reference is None else str(reference),
+                    "data_source": str(row.get("data_source", source.split("#")[0]))})
+    return out
+
+
+def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, rewards: RewardSet,
+             suppress: list[int] | None, batch_size: int = 64) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Held-out evaluation: one completion per prompt (greedy by default), scored by the recipe's rewards."""
+    import torch
+
+    accuracy_reward = recipe.eval.accuracy_reward or recipe.rewards[0].name
+    was_training = model.training
+    model.eval()
+    padding_side, tok.padding_side = tok.padding_side, "left"
+    eos_ids = {tok.eos_token_id} | set(_as_list(getattr(model.generation_config, "eos_token_id", None)))
+    records = []
+    try:
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start:start + batch_size]
+            texts = [p if isinstance(p, str) else tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True)
+                     for p in (r["prompt"] for r in chunk)]
+            enc = tok(texts, return_tensors="pt", padding=True).to(model.device)
+            with torch.no_grad():
+                out = model.generate(
+                    **enc, max_new_tokens=recipe.algorithm.max_new_tokens, do_sample=not recipe.eval.greedy,
+                    temperature=None if recipe.eval.greedy else recipe.algorithm.temperature,
+                    top_p=None if recipe.eval.greedy else recipe.algorithm.top_p, top_k=None,
+                    suppress_tokens=suppress, pad_token_id=tok.pad_token_id, eos_token_id=sorted(eos_ids))
+            for row, ids in zip(chunk, out[:, enc["input_ids"].shape[1]:].tolist(), strict=True):
+                finished = any(t in eos_ids for t in ids)
+                if finished:
+                    ids = ids[:next(i for i, t in enumerate(ids) if t in eos_ids)]
+                completion = tok.decode(ids, skip_special_tokens=True)
+                sample = Sample(prompt=text_of(row["prompt"]), completion=completion, reference=row["reference"],
+                                data_source=row["data_source"], truncated=not finished)
+                scored = rewards.score(sample)
+                solved = (scored.scores.get(accuracy_reward) or 0.0) >= recipe.eval.accuracy_threshold
+                records.append({"prompt": sample.prompt, "completion": completion, "reference": row["reference"],
+                                "solved": solved, "total": scored.total, "scores": scored.scores,
+                                "components": scored.components, "errors": scored.errors})
+    finally:
+        tok.padding_side = padding_side
+        model.train(was_training)
+    n = len(records)
+    solved = sum(r["solved"] for r in records)
+    summary = {"n": n, "solved": solved, "accuracy": solved / n if n else float("nan"),
+               "reward_mean": finite_mean([r["total"] for r in records]) or 0.0,
+               "distinct_completions": len({r["completion"] for r in records}), "accuracy_reward": accuracy_reward}
+    return summary, records
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _recipe_from_plan(plan: LaunchPlan) -> Recipe:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Recipe), plan.recipe))  # type: ignore[return-value]
+
+
+def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
+    """Train as the plan says and return the run summary (also written to summary.json)."""
+    t_start = time.monotonic()
+    import torch
+
+    recipe = _recipe_from_plan(plan)
+    host = get_host()
+    hooks = host.pm.hook
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info = RunInfo(run_dir=run_dir, framework=plan.framework, recipe=plan.recipe)
+    if recipe.resources.cpu_threads is not None:
+        torch.set_num_threads(recipe.resources.cpu_threads)
+    torch.manual_seed(recipe.seed)
+
+    from datasets import Dataset
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = launch_args(plan)
+    write_json(run_dir / PLAN, plan.to_dict())
+    write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
+    rewards = build_reward_set(host.rewards, recipe.rewards)
+    model, tok, model_info = load_model(recipe)
+    train_raw = limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
+                      recipe.data.train_rows, recipe.seed)
+    train_rows = prepare_rows(train_raw, recipe.data, tok, recipe.data.train)
+    eval_rows: list[dict[str, Any]] = []
+    if recipe.data.eval:
+        eval_raw = limit(load_rows(recipe.data.eval, recipe.data, recipe.seed, "test", "data.eval"),
+                         recipe.data.eval_rows, recipe.seed)
+        eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval)
+    write_json(run_dir / MANIFEST, build_manifest(
+        framework=plan.framework, seed=recipe.seed, reward_sources=reward_sources(host.rewards, rewards.names),
+        model=model_info, project_dir=Path.cwd(),
+        data={"train": recipe.data.train, "train_rows": len(train_rows), "train_sha256": fingerprint(train_rows),
+              "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)}))
+
+    suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
+    mini = recipe.algorithm.mini_batches_per_step
+    summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
+                               "seed": recipe.seed}
+    hooks.unirl_run_start(run=info)
+
+    def run_eval(step: int) -> dict[str, Any]:
+        result, records = evaluate(model, tok, eval_rows, recipe, rewards, suppress)
+        hooks.unirl_eval_done(run=info, step=step, summary=result, records=records)
+        return result
+
+    class UnirlCallback(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kw: Any) -> None:
+            if not logs or "reward" not in logs:
+                return
+            metrics = {METRIC_NAMES.get(k, k if k.startswith("reward/") else f"trl/{k}"): v for k, v in logs.items()
+                       if isinstance(v, int | float)}
+            for key, value in logs.items():
+                if key.startswith("rewards/") and key.endswith("/mean"):
+                    metrics[f"reward/{key.split('/')[1]}/mean"] = value
+            metrics["wall_s"] = time.monotonic() - t_start
+            hooks.unirl_metrics(run=info, step=math.ceil(state.global_step / mini), metrics=metrics)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            every = recipe.eval.every_steps
+            if eval_rows and every and state.global_step % (every * mini) == 0 \
+                    and state.global_step < args.max_steps:
+                run_eval(state.global_step // mini)
+
+    try:
+        if eval_rows and recipe.eval.before_training:
+            summary["accuracy_before"] = run_eval(0)["accuracy"]
+        eos_ids = {tok.eos_token_id} | set(_as_list(getattr(model.generation_config, "eos_token_id", None)))
+        adapter = TrlRewardAdapter(
+            rewards, eos_ids=eos_ids, on_error=recipe.reward_policy.on_error,
+            max_error_rate=recipe.reward_policy.max_error_rate, mini_batches=mini,
+            on_scored=lambda step, records: hooks.unirl_rollouts_scored(run=info, step=step, records=records))
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=adapter.reward_funcs(),
+            args=GRPOConfig(output_dir=str(run_dir / "trl"), **args),
+            train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()])
+        trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
+        t_train = time.monotonic()
+        trainer.train()
+        summary["train_time_s"] = time.monotonic() - t_train
+        if eval_rows:
+            final = run_eval(recipe.algorithm.steps)
+            summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
+                           distinct_completions=final["distinct_completions"])
+        summary["state"] = "completed"
+    except KeyboardInterrupt:
+        summary["state"] = "interrupted"
+        raise
+    except Exception as exc:
+        summary.update(state="failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        summary["reward_errors"] = rewards.error_count
+        summary["reward_calls"] = rewards.calls
+        summary["wall_time_s"] = time.monotonic() - t_start
+        hooks.unirl_run_end(run=info, summary=summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run a unirl TRL plan (written by `unirl plan --json`).")
+    parser.add_argument("--plan", required=True, type=Path)
+    parser.add_argument("--run-dir", type=Path, default=Path.cwd())
+    ns = parser.parse_args(argv)
+    plan = LaunchPlan.from_dict(json.loads(ns.plan.read_text()))
+    try:
+        summary = run(plan, ns.run_dir)
+    except UnirlError as exc:
+        print(f"unirl: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

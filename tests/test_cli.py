@@ -1,0 +1,129 @@
+"""The command line as users type it: grammar, defaults, errors, and what it must not import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import run_cli, run_dirs
+
+
+def plan_json(*overrides: str) -> dict:
+    out = run_cli("plan", "--json", *overrides)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_plus_framework_form_works_exactly_as_written() -> None:
+    plan = plan_json("+framework=trl", "recipe=grpo_math")
+    assert plan["framework"] == "trl"
+    assert plan["entrypoint"] == "unirl_trl.runner:run"
+
+
+def test_framework_without_plus_and_no_framework_at_all_give_the_same_plan() -> None:
+    with_plus = plan_json("+framework=trl", "recipe=grpo_math")
+    assert plan_json("framework=trl", "recipe=grpo_math") == with_plus
+    assert plan_json("recipe=grpo_math") == with_plus  # the configured default is TRL
+    assert plan_json() == with_plus  # and the default recipe is grpo_math
+
+
+def test_unknown_framework_fails_before_anything_loads_and_lists_installed(isolated: Path) -> None:
+    out = run_cli("+framework=nope", "recipe=grpo_math")
+    assert out.returncode == 2
+    assert "unknown framework 'nope'" in out.stderr
+    assert "installed frameworks: trl" in out.stderr
+    assert not (isolated / "runs").exists()  # no run directory was made
+
+
+def test_unknown_framework_inside_a_sweep_is_caught_too() -> None:
+    out = run_cli("-m", "+framework=trl,verl", "algorithm.steps=1")
+    assert out.returncode == 2
+    assert "unknown framework 'verl'" in out.stderr
+
+
+def test_plan_prints_the_native_launch_in_human_form() -> None:
+    out = run_cli("plan", "algorithm.lr=1e-4")
+    assert out.returncode == 0, out.stderr
+    for text in ("learning_rate", "0.0001", "num_generations", "per_device_train_batch_size", "math_answer",
+                 "builtin:arith#train"):
+        assert text in out.stdout
+
+
+def test_plan_is_pure_same_recipe_same_bytes() -> None:
+    first = run_cli("plan", "--json", "seed=7")
+    second = run_cli("plan", "--json", "seed=7")
+    assert first.stdout == second.stdout
+
+
+@pytest.mark.parametrize("args", [["--help"], ["plan"], ["plan", "--json"], ["plugins"], ["frameworks"]])
+def test_help_and_plan_import_no_heavy_package(args: list[str]) -> None:
+    probe = (
+        "import sys, io, contextlib\n"
+        "from unirl.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    rc = main({args!r})\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'trl', 'ray', 'datasets', 'verl', 'openrlhf', 'vllm')"
+        " if m in sys.modules)\n"
+        "print(rc, heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "0 []", out.stderr
+
+
+def test_help_lists_verbs_and_installed_options() -> None:
+    out = run_cli("--help")
+    assert out.returncode == 0
+    assert "plan [--json]" in out.stdout
+    assert "framework={trl}" in out.stdout
+    assert "recipe={grpo_math}" in out.stdout
+
+
+def test_typo_in_a_key_is_an_error_naming_the_key(isolated: Path) -> None:
+    out = run_cli("algorithm.lrr=1e-4")
+    assert out.returncode == 2
+    assert "algorithm.lrr" in out.stderr
+    assert not (isolated / "runs").exists()
+
+
+def test_wrong_type_is_an_error_naming_field_and_value(isolated: Path) -> None:
+    out = run_cli("algorithm.lr=fast")
+    assert out.returncode == 2
+    assert "algorithm.lr" in out.stderr and "fast" in out.stderr
+    assert not (isolated / "runs").exists()
+
+
+def test_user_recipe_file_is_selectable_by_path(isolated: Path) -> None:
+    recipe = isolated / "my_recipe.yaml"
+    recipe.write_text("run:\n  name: mine\nalgorithm:\n  lr: 2.0e-4\n  steps: 7\n")
+    plan = plan_json(f"recipe={recipe}")
+    assert plan["native_config"]["grpo_config"]["learning_rate"] == 2e-4
+    assert plan["native_config"]["grpo_config"]["max_steps"] == 7
+    missing = run_cli("plan", "recipe=./nope.yaml")
+    assert missing.returncode == 2 and "no such recipe file" in missing.stderr
+
+
+def test_frameworks_matrix_reports_installed_version() -> None:
+    out = run_cli("frameworks", "--json")
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    from importlib.metadata import version
+
+    assert rows["trl"]["installed"] == version("trl")
+    assert rows["trl"]["runs_on_cpu"] is True
+
+
+@pytest.mark.slow
+def test_multirun_sweeps_lr_with_the_basic_launcher(isolated: Path) -> None:
+    out = run_cli("-m", "algorithm.lr=1e-4,3e-4", "algorithm.steps=2", "algorithm.prompts_per_step=2",
+                  "algorithm.samples_per_prompt=2", "eval.before_training=false", "data.eval_rows=2",
+                  "logging.progress=false", "logging.plot=false")
+    assert out.returncode == 0, out.stderr[-2000:]
+    dirs = run_dirs(isolated / "runs" / "multirun")
+    assert len(dirs) == 2
+    lrs = sorted(json.loads((d / "native_config.json").read_text())["grpo_config"]["learning_rate"] for d in dirs)
+    assert lrs == [1e-4, 3e-4]
+    assert all(json.loads((d / "summary.json").read_text())["state"] == "completed" for d in dirs)
+    assert (dirs[0].parent / "multirun.yaml").exists()

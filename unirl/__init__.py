@@ -1,0 +1,10 @@
+"""unirl: one front end for RL post-training across TRL, verl, OpenRLHF, NeMo RL, slime and vime.
+
+Importing unirl is cheap: it never imports torch, transformers, ray or any backend.
+"""
+
+from unirl.hookspecs import hookimpl
+from unirl.rewards import RewardResult, Sample, reward
+
+__version__ = "0.1.0"
+__all__ = ["RewardResult", "Sample", "__version__", "hookimpl", "reward"]

@@ -1,0 +1,258 @@
+"""The ``unirl`` command: verbs are parsed first, everything else is a Hydra run or sweep.
+
+    unirl [+]framework=NAME recipe=NAME [key=value ...]     one run
+    unirl -m framework=trl,verl algorithm.lr=1e-6,3e-6       a Hydra multirun sweep
+    unirl plan [--json] [--validate] [overrides ...]         print the native launch, run nothing
+    unirl plugins | frameworks | rewards [--json]            what is installed
+
+Hydra 1.3 accepts either ``+framework=X`` (group absent from the defaults) or ``framework=X``
+(group in the defaults), never both; unirl keeps ``framework: trl`` in its defaults and rewrites
+``+framework=X`` to ``framework=X`` before Hydra sees the command line, so both spellings work.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from unirl.errors import RecipeInvalid, UnirlError
+
+VERBS = ("plan", "plugins", "frameworks", "rewards", "help")
+GROUPS_WITH_DEFAULTS = ("framework", "scheduler", "recipe")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+HELP = """\
+usage: unirl [VERB] [-m] [OVERRIDE ...]
+
+Run RL post-training from one recipe on any installed backend.
+
+  unirl recipe=grpo_math                         the embedded default (TRL, tiny model, CPU)
+  unirl +framework=trl recipe=grpo_math          choose the backend (framework=trl works too)
+  unirl recipe=./my_recipe.yaml seed=3           a recipe file of your own, with overrides
+  unirl -m algorithm.lr=1e-4,3e-4 seed=0,1       a sweep (Hydra multirun, basic launcher)
+
+verbs:
+  plan [--json] [--validate] [OVERRIDE ...]      print what the backend will receive; run nothing
+  plugins [--json]                               loaded plugins: package, version, hooks
+  frameworks [--json]                            backends, their capabilities, installed versions
+  rewards [--json]                               registered reward functions and their sources
+
+overrides (Hydra grammar): key=value sets a recipe field (algorithm.lr=3e-4, rewards.0.weight=0.5);
+group=option picks a config option (recipe=, framework=, scheduler=). Fields and their units:
+`unirl plan --json` shows the whole composed recipe. Hydra's own flags (--cfg job, --info,
+--hydra-help, hydra.run.dir=...) pass through.
+
+config groups: {groups}
+environment: UNIRL_RUNS_DIR (default ./runs), UNIRL_DISABLE_PLUGIN_AUTOLOAD=1,
+  UNIRL_PLUGINS=a,b, UNIRL_PLUGINS_BLOCK=a,b, UNIRL_PLUGIN_FILE=path (default ./unirlfile.py)
+"""
+
+
+def err(message: str) -> None:
+    print(f"unirl: error: {message}", file=sys.stderr)
+
+
+# --- argv normalisation ---------------------------------------------------------------------
+
+
+def normalise(argv: list[str], frameworks: list[str]) -> list[str]:
+    """Rewrite ``+group=`` to ``group=`` for groups in the defaults, register recipe files, and reject
+    an unknown framework here, before Hydra or any backend loads."""
+    from unirl.compose import register_recipe_file
+    from unirl.errors import UnknownName
+
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        bare = key.lstrip("+")
+        if sep and bare in GROUPS_WITH_DEFAULTS and key.startswith("+") and not key.startswith("++"):
+            key = bare
+        if sep and key == "recipe" and value.endswith((".yaml", ".yml")):
+            path = Path(value).expanduser()
+            if not path.is_file():
+                raise UnirlError(f"recipe={value!r}: no such recipe file")
+            value = register_recipe_file(path)
+        if sep and key == "framework" and not value.startswith(("glob(", "choice(", "range(")):
+            for name in value.split(","):
+                if name.strip() not in frameworks:
+                    raise UnknownName("framework", name.strip(), frameworks)
+        out.append(f"{key}={value}" if sep else arg)
+    return out
+
+
+def _is_multirun(argv: list[str]) -> bool:
+    return "-m" in argv or "--multirun" in argv
+
+
+def _hydra_flags_only(argv: list[str]) -> bool:
+    """Hydra informational flags (--cfg, --info, --hydra-help, -c) that do not run the task."""
+    return any(a in ("--cfg", "-c", "--info", "-i", "--hydra-help", "--resolve", "--package", "-p") or
+               a.startswith(("--cfg=", "--info=")) for a in argv)
+
+
+# --- the run (inside Hydra) -----------------------------------------------------------------
+
+_RESULTS: list[dict[str, Any]] = []
+
+
+def _run_task(cfg: Any) -> dict[str, Any]:
+    from hydra.core.hydra_config import HydraConfig
+
+    from unirl.compose import check, to_recipe
+    from unirl.plugins import get_host
+
+    host = get_host()
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        recipe = to_recipe(cfg)
+        check(host, recipe)
+        framework = host.frameworks.get(recipe.framework["name"])
+        plan = framework.plan(recipe)
+        framework.validate(plan)
+        scheduler = host.schedulers.get(recipe.scheduler.get("name", "local"))
+        result = scheduler.submit(plan, run_dir, dict(recipe.scheduler))
+    except UnirlError as exc:
+        err(str(exc))
+        outcome = {"state": "invalid", "error": str(exc), "run_dir": str(run_dir)}
+        _RESULTS.append(outcome)
+        return outcome
+    except KeyboardInterrupt:
+        outcome = {"state": "interrupted", "run_dir": str(run_dir)}
+        _RESULTS.append(outcome)
+        raise
+    except Exception as exc:
+        err(f"the run failed: {type(exc).__name__}: {exc} (details: {run_dir})")
+        outcome = {"state": "failed", "error": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir)}
+        _RESULTS.append(outcome)
+        if not HydraConfig.get().mode.name == "MULTIRUN":
+            raise
+        return outcome
+    outcome = {**result.summary, "state": result.state, "run_dir": str(run_dir)}
+    _RESULTS.append(outcome)
+    from unirl.report import print_summary
+
+    print_summary(outcome, run_dir)
+    return outcome
+
+
+def _hydra_main(argv: list[str]) -> int:
+    import hydra
+
+    from unirl.compose import CONFIG_MODULE
+
+    _RESULTS.clear()
+    app = hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")(_run_task)
+    saved = sys.argv
+    sys.argv = ["unirl", *argv]
+    try:
+        app()
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception:  # the failure was reported by _run_task; the traceback is in the run directory's log
+        return EXIT_FAILED
+    finally:
+        sys.argv = saved
+    states = [r.get("state") for r in _RESULTS]
+    if "invalid" in states:
+        return EXIT_USAGE
+    if "interrupted" in states:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if any(s != "completed" for s in states) else EXIT_OK
+
+
+def preflight(host: Any, overrides: list[str]) -> Any:
+    """Compose, validate and plan without making a run directory: bad input fails before anything starts."""
+    from unirl.compose import check, compose, to_recipe
+
+    recipe = to_recipe(compose(host, overrides))
+    check(host, recipe)
+    return host.frameworks.get(recipe.framework["name"]).plan(recipe)
+
+
+# --- verbs ----------------------------------------------------------------------------------
+
+
+def cmd_plan(args: list[str]) -> int:
+    from unirl.plugins import get_host
+    from unirl.report import print_plan
+
+    as_json = "--json" in args
+    do_validate = "--validate" in args
+    overrides = [a for a in args if a not in ("--json", "--validate")]
+    host = get_host()
+    plan = preflight(host, normalise(overrides, host.frameworks.names()))
+    if do_validate:
+        host.frameworks.get(plan.framework).validate(plan)
+    if as_json:
+        print(plan.to_json())
+    else:
+        print_plan(plan, validated=do_validate)
+    return EXIT_OK
+
+
+def cmd_list(verb: str, args: list[str]) -> int:
+    from unirl import report
+    from unirl.plugins import get_host
+
+    host = get_host()
+    {"plugins": report.print_plugins, "frameworks": report.print_frameworks, "rewards": report.print_rewards}[verb](
+        host, as_json="--json" in args)
+    return EXIT_OK
+
+
+def print_help() -> None:
+    from unirl.compose import shipped_recipes
+    from unirl.plugins import get_host
+
+    host = get_host()
+    groups = (f"recipe={{{','.join(sorted(shipped_recipes()))}}} framework={{{','.join(host.frameworks.names())}}} "
+              f"scheduler={{{','.join(host.schedulers.names())}}}")
+    print(HELP.format(groups=groups))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in ("-h", "--help", "help"):
+            print_help()
+            return EXIT_OK
+        if argv and argv[0] == "--version":
+            from unirl import __version__
+
+            print(f"unirl {__version__}")
+            return EXIT_OK
+        if argv and argv[0] in VERBS:
+            verb, rest = argv[0], argv[1:]
+            if verb == "plan":
+                return cmd_plan(rest)
+            return cmd_list(verb, rest)
+        from unirl.plugins import get_host
+
+        host = get_host()
+        overrides = normalise(argv, host.frameworks.names())
+        if not _is_multirun(overrides) and not _hydra_flags_only(overrides):
+            preflight(host, [a for a in overrides if not a.startswith("-")])
+        return _hydra_main(overrides)
+    except RecipeInvalid as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    except UnirlError as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    except Exception as exc:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        if isinstance(exc, HydraException | OmegaConfBaseException):
+            err(str(exc))
+            return EXIT_USAGE
+        raise
+
+
+def console() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    console()

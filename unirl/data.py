@@ -1,0 +1,93 @@
+"""Load prompt rows from a builtin task, a local JSONL/JSON/parquet file, or a hub dataset.
+
+Every loader yields plain dicts; the recipe's prompt/answer keys pick the columns. Heavy readers
+(pyarrow, datasets) are imported only when that source type is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from unirl.errors import FieldError
+from unirl.recipe import BUILTIN_PREFIX, HUB_PREFIX, DataConfig
+
+BUILTIN_DATASETS = ("arith",)
+
+
+def split_source(source: str, default_split: str) -> tuple[str, str]:
+    base, _, split = source.partition("#")
+    return base, split or default_split
+
+
+def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key: str) -> list[dict[str, Any]]:
+    base, split = split_source(source, default_split)
+    if base.startswith(BUILTIN_PREFIX):
+        name = base[len(BUILTIN_PREFIX):]
+        if name == "arith":
+            from unirl.embedded import arith
+
+            rows = arith.rows(split, dict(data.options), seed)
+        else:
+            raise FieldError(key, source, f"builtin datasets are {list(BUILTIN_DATASETS)}")
+    elif base.startswith(HUB_PREFIX):
+        import datasets
+
+        rows = [dict(r) for r in datasets.load_dataset(base[len(HUB_PREFIX):], split=split)]
+    else:
+        rows = _read_file(Path(base).expanduser(), key)
+    for i, row in enumerate(rows[:1]):
+        for needed in (data.prompt_key,):
+            if needed not in row:
+                raise FieldError(f"data.{'prompt_key'}", needed,
+                                 f"row {i} of {source} has columns {sorted(row)}; choose one of them")
+    return rows
+
+
+def _read_file(path: Path, key: str) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        loaded = json.loads(text)
+        if not isinstance(loaded, list):
+            raise FieldError(key, str(path), "a .json data file must hold a list of objects")
+        return loaded
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise FieldError(key, str(path), f"line {lineno} is not JSON ({exc.msg})") from exc
+    return rows
+
+
+def limit(rows: list[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:
+    if n is None or n >= len(rows):
+        return rows
+    picked = list(rows)
+    random.Random(seed).shuffle(picked)
+    return picked[:n]
+
+
+def fingerprint(rows: list[dict[str, Any]]) -> str:
+    """sha256 of the rows in order, as canonical JSON: identical data gives an identical print."""
+    digest = hashlib.sha256()
+    for row in rows:
+        digest.update(json.dumps(row, sort_keys=True, default=str).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def render_prompt(row: dict[str, Any], data: DataConfig) -> str | list[dict[str, str]]:
+    prompt = row[data.prompt_key]
+    if isinstance(prompt, list):  # chat messages pass through unchanged
+        return prompt
+    return data.prompt_template.format(**{**row, "prompt": prompt})

@@ -1,0 +1,1 @@
+"""The embedded default: a tiny model and an arithmetic task that train on a CPU with no model hub."""

@@ -1,0 +1,65 @@
+"""manifest.json: what is needed to say exactly what a run was (versions, model, data, rewards, host)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import platform
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("unirl", "torch", "transformers", "trl", "accelerate", "datasets", "vllm", "ray", "verl", "openrlhf")
+
+
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions read from metadata; importing nothing."""
+    found: dict[str, str | None] = {}
+    for name in names:
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def git_sha(directory: Path) -> str | None:
+    """The commit of the user's project (where unirl was started), with '+dirty' if it has changes."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True,
+                             timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=directory,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("+dirty" if dirty else "")
+
+
+def accelerator() -> dict[str, Any]:
+    """GPUs as torch sees them (torch is already loaded in the backend process that calls this)."""
+    info: dict[str, Any] = {"cpu_count": os.cpu_count(), "cuda": False}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        info.update(cuda=True, cuda_version=torch.version.cuda, gpus=[
+            torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+    return info
+
+
+def build_manifest(*, framework: str, seed: int, reward_sources: dict[str, dict[str, str]],
+                   model: dict[str, Any], data: dict[str, Any], project_dir: Path) -> dict[str, Any]:
+    return {
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "framework": framework,
+        "versions": package_versions(),
+        "python": sys.version.split()[0],
+        "model": model,
+        "data": data,
+        "rewards": reward_sources,
+        "seed": seed,
+        "project_git_sha": git_sha(project_dir),
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(), **accelerator()},
+        "argv": sys.argv,
+    }

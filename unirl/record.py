@@ -1,0 +1,34 @@
+"""Built-in plugin: records every run's metrics, trajectories and evaluations in its directory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unirl.hookspecs import hookimpl
+from unirl.run import EVAL, METRICS, SUMMARY, TRAJECTORIES, RunInfo, append_jsonl, write_json
+
+
+@hookimpl
+def unirl_rollouts_scored(run: RunInfo, step: int, records: list[dict[str, Any]]) -> None:
+    if run.recipe.get("logging", {}).get("trajectories", True):
+        append_jsonl(run.path(TRAJECTORIES), records)
+
+
+@hookimpl
+def unirl_metrics(run: RunInfo, step: int, metrics: dict[str, float]) -> None:
+    append_jsonl(run.path(METRICS), [{"step": step, **metrics}])
+
+
+@hookimpl
+def unirl_eval_done(run: RunInfo, step: int, summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    append_jsonl(run.path(EVAL), [{"step": step, "kind": "summary", **summary}])
+    append_jsonl(run.path(EVAL), [{"step": step, "kind": "sample", **r} for r in records])
+
+
+@hookimpl
+def unirl_run_end(run: RunInfo, summary: dict[str, Any]) -> None:
+    write_json(run.path(SUMMARY), summary)
+    if summary.get("state") == "completed" and run.recipe.get("logging", {}).get("plot", True):
+        from unirl.plot import plot_run
+
+        plot_run(run.run_dir)

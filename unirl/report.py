@@ -1,0 +1,129 @@
+"""What unirl prints: run summaries, plans, and the plugin/framework/reward listings."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from unirl.plan import LaunchPlan
+from unirl.run import METRICS, read_jsonl
+
+SPARK = "▁▂▃▄▅▆▇█"
+PIPE_WIDTH = 200  # piped output is read by tools and grep: never fold or cut a key there
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    term = Console()
+    return term if term.is_terminal else Console(width=PIPE_WIDTH)
+
+
+def reward_curve(run_dir: Path, buckets: int = 10) -> list[float]:
+    """Mean total reward over ``buckets`` equal slices of the run's steps."""
+    rewards = [m["reward/total/mean"] for m in read_jsonl(run_dir / METRICS) if m.get("reward/total/mean") is not None]
+    if not rewards:
+        return []
+    size = max(1, len(rewards) // buckets)
+    return [sum(chunk) / len(chunk) for chunk in (rewards[i:i + size] for i in range(0, len(rewards), size))][:buckets]
+
+
+def sparkline(values: list[float]) -> str:
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    return "".join(SPARK[min(len(SPARK) - 1, int((v - lo) / span * (len(SPARK) - 1)))] for v in values)
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    out = console()
+    wall = summary.get("wall_time_s")
+    out.print(f"[bold]unirl[/]: {summary.get('framework', '?')} run {summary.get('state')}"
+                  + (f" in {wall:.1f} s" if wall is not None else "")
+                  + (f" (training {summary['train_time_s']:.1f} s)" if summary.get("train_time_s") else ""))
+    if "accuracy_after" in summary:
+        before = summary.get("accuracy_before")
+        shown = "n/a" if before is None else f"{before:.3f}"
+        out.print(f"  held-out accuracy ({summary.get('eval_n')} prompts, greedy): {shown} -> "
+                      f"{summary['accuracy_after']:.3f}  ({summary.get('distinct_completions')} distinct answers)")
+    curve = reward_curve(run_dir)
+    if curve:
+        out.print(f"  reward by tenth of training: {' '.join(f'{v:.2f}' for v in curve)}  {sparkline(curve)}")
+    if summary.get("reward_errors"):
+        out.print(f"  [yellow]reward errors: {summary['reward_errors']} of {summary.get('reward_calls')} calls "
+                      "(tracebacks in trajectories.jsonl)[/]")
+    out.print(f"  run directory: {run_dir}")
+
+
+def print_plan(plan: LaunchPlan, validated: bool) -> None:
+    from rich.table import Table
+
+    out = console()
+    version = plan.framework_version or "not installed here"
+    out.print(f"[bold]{plan.framework}[/] ({version}) entrypoint {plan.entrypoint}"
+                  + ("  [green]validated against the backend's own schema[/]" if validated else ""))
+    out.print(f"command: {' '.join(plan.command)}")
+    table = Table("recipe field", "native key", "value", "note", show_lines=False)
+    for row in plan.mapping:
+        table.add_row(row.recipe_field, row.native_key, json.dumps(row.value, default=str), row.note)
+    out.print(table)
+    for key, value in plan.native_config.items():
+        if key != "grpo_config":
+            out.print(f"{key}: {json.dumps(value, default=str)}")
+    for note in plan.notes:
+        out.print(f"note: {note}")
+
+
+def print_plugins(host: Any, as_json: bool) -> None:
+    infos = host.plugins()
+    if as_json:
+        print(json.dumps([asdict(i) for i in infos] + [{"name": b, "blocked": True} for b in host.blocked()], indent=2))
+        return
+    from rich.table import Table
+
+    table = Table("plugin", "package", "version", "hooks")
+    for info in infos:
+        table.add_row(info.name, info.distribution, info.version, ", ".join(info.hooks))
+    for name in host.blocked():
+        table.add_row(name, "(blocked)", "", "")
+    console().print(table)
+
+
+def print_frameworks(host: Any, as_json: bool) -> None:
+    rows = []
+    for entry in host.frameworks:
+        fw = host.frameworks.get(entry.name)
+        rows.append({"name": fw.name, "installed": fw.installed_version(), "plugin": entry.source,
+                     "description": fw.description, **asdict(fw.capabilities)})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table("framework", "installed", "algorithms", "rollout", "placement", "modes", "multi-node", "reward hook",
+                  "CPU")
+    for r in rows:
+        table.add_row(r["name"], r["installed"] or "no", ", ".join(r["algorithms"]), ", ".join(r["rollout_engines"]),
+                      ", ".join(r["placement"]), ", ".join(r["modes"]), r["multi_node"], r["custom_reward"],
+                      "yes" if r["runs_on_cpu"] else "no")
+    console().print(table)
+
+
+def print_rewards(host: Any, as_json: bool) -> None:
+    rows = []
+    for entry in host.rewards:
+        fn = host.rewards.get(entry.name)
+        rows.append({"name": entry.name, "plugin": entry.source, "module": fn.module,
+                     "components": list(fn.components), "description": fn.description})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table("reward", "plugin", "module", "components", "description")
+    for r in rows:
+        table.add_row(r["name"], r["plugin"], r["module"], ", ".join(r["components"]), r["description"])
+    console().print(table)
