@@ -13,6 +13,7 @@ Hydra 1.3 accepts either ``+framework=X`` (group absent from the defaults) or ``
 from __future__ import annotations
 
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,12 @@ def _hydra_flags_only(argv: list[str]) -> bool:
 _RESULTS: list[dict[str, Any]] = []
 
 
+def _record(outcome: dict[str, Any]) -> dict[str, Any]:
+    """Remember each run's outcome; the process exit code summarises them all (a sweep included)."""
+    _RESULTS.append(outcome)
+    return outcome
+
+
 def _run_task(cfg: Any) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
 
@@ -104,32 +111,27 @@ def _run_task(cfg: Any) -> dict[str, Any]:
 
     host = get_host()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
-    try:
+    try:  # everything before launch: a problem here is the user's input, reported without a traceback
         recipe = to_recipe(cfg)
         check(host, recipe)
         framework = host.frameworks.get(recipe.framework["name"])
         plan = framework.plan(recipe)
         framework.validate(plan)
         scheduler = host.schedulers.get(recipe.scheduler.get("name", "local"))
-        result = scheduler.submit(plan, run_dir, dict(recipe.scheduler))
     except UnirlError as exc:
         err(str(exc))
-        outcome = {"state": "invalid", "error": str(exc), "run_dir": str(run_dir)}
-        _RESULTS.append(outcome)
-        return outcome
+        return _record({"state": "invalid", "error": str(exc), "run_dir": str(run_dir)})
+    try:
+        result = scheduler.submit(plan, run_dir, dict(recipe.scheduler))
     except KeyboardInterrupt:
-        outcome = {"state": "interrupted", "run_dir": str(run_dir)}
-        _RESULTS.append(outcome)
+        _record({"state": "interrupted", "run_dir": str(run_dir)})
         raise
     except Exception as exc:
-        err(f"the run failed: {type(exc).__name__}: {exc} (details: {run_dir})")
-        outcome = {"state": "failed", "error": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir)}
-        _RESULTS.append(outcome)
-        if not HydraConfig.get().mode.name == "MULTIRUN":
-            raise
-        return outcome
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        err(f"the run failed: {type(exc).__name__}: {exc}\n  traceback: {run_dir / 'error.log'}")
+        return _record({"state": "failed", "error": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir)})
     outcome = {**result.summary, "state": result.state, "run_dir": str(run_dir)}
-    _RESULTS.append(outcome)
+    _record(outcome)
     from unirl.report import print_summary
 
     print_summary(outcome, run_dir)
@@ -229,8 +231,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_list(verb, rest)
         from unirl.plugins import get_host
 
+        from unirl.compose import register_configs
+
         host = get_host()
         overrides = normalise(argv, host.frameworks.names())
+        register_configs(host)  # Hydra composes (each sweep member too) only from what is registered
         if not _is_multirun(overrides) and not _hydra_flags_only(overrides):
             preflight(host, [a for a in overrides if not a.startswith("-")])
         return _hydra_main(overrides)

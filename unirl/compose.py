@@ -74,10 +74,12 @@ def to_recipe(cfg: Any) -> Recipe:
     """The typed Recipe from a composed config (Hydra's own ``hydra`` node dropped)."""
     from omegaconf import OmegaConf
 
-    data = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(data, dict)
-    data.pop("hydra", None)
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Recipe), data))  # type: ignore[return-value]
+    # The composed config is already typed by unirl_schema, so conversion is direct and cheap.
+    recipe = OmegaConf.to_object(cfg)
+    if not isinstance(recipe, Recipe):
+        raise UnirlError(f"the composed config is not a unirl recipe (got {type(recipe).__name__}); "
+                         "is unirl_schema first in the defaults list?")
+    return recipe
 
 
 def check(host: Host, recipe: Recipe) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirl.embedded.tiny_model import SHAPES
 from unirl.errors import FieldError, RecipeInvalid
 
 BUILTIN_PREFIX = "builtin:"
@@ -278,7 +279,7 @@ def _check_data(key: str, source: str | None, problems: list[FieldError], builti
         problems.append(FieldError(key, source, "no such file"))
 
 
-def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str, ...] = ("tiny-arith",),
+def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str, ...] = tuple(SHAPES),
              builtin_data: tuple[str, ...] = ("arith",)) -> None:
     """Raise :class:`RecipeInvalid` listing every problem; cheap, imports nothing heavy."""
     problems: list[FieldError] = []

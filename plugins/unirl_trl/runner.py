@@ -200,6 +200,8 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
                 if key.startswith("rewards/") and key.endswith("/mean"):
                     metrics[f"reward/{key.split('/')[1]}/mean"] = value
             metrics["wall_s"] = time.monotonic() - t_start
+            if torch.cuda.is_available():
+                metrics["gpu/peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
             hooks.unirl_metrics(run=info, step=math.ceil(state.global_step / mini), metrics=metrics)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:

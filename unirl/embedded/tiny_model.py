@@ -14,6 +14,11 @@ SHAPES: dict[str, dict[str, Any]] = {
     # 2 layers x 64 wide: ~125k parameters, learns single-digit addition by RL in ~2 CPU minutes.
     "tiny-arith": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128},
+    # Qwen2.5-0.5B's shape (494M parameters with its 151,936-row embedding), randomly initialised:
+    # for measuring a real model size on a GPU without a hub. Not expected to learn arithmetic quickly.
+    "qwen2.5-0.5b-shape": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                           "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+                           "vocab_size": 151936, "rope_theta": 1000000.0},
 }
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
@@ -39,8 +44,9 @@ def build(name: str, seed: int) -> tuple[Any, Any]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = build_tokenizer()
-    config = Qwen2Config(vocab_size=len(tok), tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
-                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **SHAPES[name])
+    shape = {"vocab_size": len(tok), **SHAPES[name]}
+    config = Qwen2Config(tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
+                         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **shape)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     return model, tok

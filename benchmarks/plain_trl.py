@@ -1,0 +1,65 @@
+"""The embedded default as a plain TRL script: no unirl runtime, the identical GRPOConfig.
+
+The GRPOConfig arguments are read from ``unirl plan --json`` (so the configuration is identical by
+construction); the model, data, rewards and greedy evaluation are written here in plain TRL terms.
+Usage: python benchmarks/plain_trl.py PLAN.json OUTPUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+t0 = time.monotonic()
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from transformers import PrinterCallback  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from unirl.embedded import arith, tiny_model  # noqa: E402  (model and data builders only)
+
+plan = json.loads(Path(sys.argv[1]).read_text())
+out_dir = Path(sys.argv[2])
+seed = plan["recipe"]["seed"]
+args = dict(plan["native_config"]["grpo_config"])
+args["use_cpu"] = True
+args["activation_checkpointing"] = args.pop("gradient_checkpointing")
+torch.set_num_threads(1)
+torch.manual_seed(seed)
+model, tok = tiny_model.build("tiny-arith", seed)
+train = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in arith.rows("train", {}, seed)])
+held = arith.rows("heldout", {}, seed)
+NUMBER = re.compile(r"-?\d+")
+
+
+def correct(prompts, completions, answer, **kw):
+    found = [NUMBER.findall(c) for c in completions]
+    return [1.0 if f and int(f[-1]) == int(a) else 0.0 for f, a in zip(found, answer, strict=True)]
+
+
+def bare_number(completions, completion_ids, **kw):
+    return [1.0 if re.fullmatch(r"\s*-?\d+\s*", c) and 2 in ids else 0.0
+            for c, ids in zip(completions, completion_ids, strict=True)]
+
+
+@torch.no_grad()
+def greedy_accuracy() -> float:
+    model.eval()
+    enc = tok([r["prompt"] for r in held], return_tensors="pt", padding=True)
+    gen = model.generate(**enc, max_new_tokens=args["max_completion_length"], do_sample=False,
+                         suppress_tokens=[0, 1, 3], pad_token_id=0, eos_token_id=[2])
+    texts = tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    model.train()
+    return sum(correct(None, texts, [r["answer"] for r in held])) / len(held)
+
+
+before = greedy_accuracy()
+trainer = GRPOTrainer(model=model, reward_funcs=[correct, bare_number],
+                      args=GRPOConfig(output_dir=str(out_dir), **args), train_dataset=train, processing_class=tok)
+trainer.remove_callback(PrinterCallback)
+trainer.train()
+after = greedy_accuracy()
+print(json.dumps({"accuracy_before": before, "accuracy_after": after, "wall_time_s": time.monotonic() - t0}))

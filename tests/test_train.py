@@ -1,0 +1,124 @@
+"""Real GRPO training through unirl on the CPU: the model learns, and the run directory records it all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import read_jsonl, run_cli, run_dirs
+
+pytestmark = pytest.mark.train
+
+
+@pytest.fixture(scope="module")
+def learned_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded default, shortened, with a fixed seed (CPU training is bit-for-bit deterministic)."""
+    root = tmp_path_factory.mktemp("learn")
+    out = run_cli("recipe=grpo_math", "seed=0", "algorithm.steps=600", "eval.every_steps=300",
+                  "logging.progress=false", env={"UNIRL_RUNS_DIR": str(root / "runs")}, cwd=root)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (root / "stdout.txt").write_text(out.stdout)
+    [run_dir] = run_dirs(root / "runs")
+    return run_dir
+
+
+def test_held_out_accuracy_rises_clearly_above_its_start(learned_run: Path) -> None:
+    summary = json.loads((learned_run / "summary.json").read_text())
+    assert summary["state"] == "completed"
+    assert summary["accuracy_before"] <= 0.1  # a random model solves (almost) nothing
+    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.25
+    # not a collapse onto one answer: greedy answers differ across held-out prompts
+    assert summary["distinct_completions"] >= 4
+    rewards = [m["reward/total/mean"] for m in read_jsonl(learned_run / "metrics.jsonl")]
+    assert sum(rewards[-50:]) / 50 > 2 * sum(rewards[:50]) / 50
+
+
+def test_summary_printed_for_the_user(learned_run: Path) -> None:
+    stdout = (learned_run.parents[2] / "stdout.txt").read_text()
+    assert "held-out accuracy (11 prompts, greedy): 0.000 ->" in stdout
+    assert "reward by tenth of training:" in stdout
+    assert f"run directory: {learned_run}" in stdout
+
+
+def test_run_directory_holds_every_artifact(learned_run: Path) -> None:
+    for name in ("manifest.json", "plan.json", "native_config.json", "trajectories.jsonl", "metrics.jsonl",
+                 "eval.jsonl", "summary.json", "curves.png", ".hydra/config.yaml", ".hydra/overrides.yaml"):
+        assert (learned_run / name).is_file(), name
+    assert (learned_run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    manifest = json.loads((learned_run / "manifest.json").read_text())
+    assert manifest["versions"]["trl"] and manifest["versions"]["torch"] and manifest["versions"]["transformers"]
+    assert len(manifest["model"]["weights_sha256"]) == 64
+    assert len(manifest["data"]["train_sha256"]) == 64 and manifest["data"]["eval_rows"] == 11
+    assert manifest["rewards"]["math_answer"]["plugin"] == "rewards"
+    assert manifest["seed"] == 0 and "hostname" in manifest["host"]
+    native = json.loads((learned_run / "native_config.json").read_text())
+    assert native["grpo_config"]["use_cpu"] is True and native["grpo_config"]["learning_rate"] == 3e-4
+
+
+def test_every_reward_component_reaches_trajectories_and_metrics(learned_run: Path) -> None:
+    trajectories = read_jsonl(learned_run / "trajectories.jsonl")
+    assert len(trajectories) == 600 * 8 * 16  # every completion of every step, no torn or missing lines
+    keys = {tuple(sorted(t["scores"])) for t in trajectories}
+    assert keys == {("bare_number", "math_answer")}
+    assert {tuple(t["components"]) for t in trajectories} == {("math_answer/has_answer",)}
+    assert {t["step"] for t in trajectories} == set(range(1, 601))
+    metrics = read_jsonl(learned_run / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, 601))
+    for key in ("reward/total/mean", "reward/math_answer/mean", "reward/bare_number/mean",
+                "reward/math_answer/has_answer", "reward/errors", "loss", "entropy"):
+        assert key in metrics[-1], key
+    evals = [e for e in read_jsonl(learned_run / "eval.jsonl") if e["kind"] == "summary"]
+    assert [e["step"] for e in evals] == [0, 300, 600]
+
+
+def test_a_local_model_directory_and_jsonl_data_train_like_a_users_run(isolated: Path) -> None:
+    """The real users' path: model.path=<local dir> via from_pretrained, data from JSONL with own keys."""
+    from unirl.embedded import tiny_model
+
+    model_dir = tiny_model.save("tiny-arith", seed=1, out_dir=isolated / "my-model")
+    rows = [{"question": f"{a}+{b}=", "solution": str(a + b)} for a in range(5) for b in range(5)]
+    (isolated / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (isolated / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
+    out = run_cli(f"model.path={model_dir}", "data.train=train.jsonl", "data.eval=test.jsonl",
+                  "data.prompt_key=question", "data.answer_key=solution", "algorithm.steps=3",
+                  "algorithm.prompts_per_step=4", "algorithm.samples_per_prompt=4", "algorithm.max_new_tokens=3",
+                  "logging.progress=false", cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["model"]["id"] == str(model_dir)
+    assert manifest["data"]["train_rows"] == 25 and manifest["data"]["eval_rows"] == 6
+    assert {t["reference"] for t in read_jsonl(run_dir / "trajectories.jsonl")} <= {r["solution"] for r in rows}
+
+
+def test_a_raising_reward_is_counted_and_logged_and_can_abort_the_run(isolated: Path) -> None:
+    (isolated / "unirlfile.py").write_text(
+        "import unirl\n\n"
+        "@unirl.hookimpl\n"
+        "def unirl_add_rewards(registry):\n"
+        "    registry.add(flaky)\n\n"
+        "@unirl.reward('flaky')\n"
+        "def flaky(sample):\n"
+        "    if sample.completion.startswith('1'):\n"
+        "        raise ValueError('grader bug on ' + sample.completion)\n"
+        "    return 0.0\n")
+    common = ["rewards=[{name:math_answer},{name:flaky}]", "algorithm.steps=3", "algorithm.prompts_per_step=4",
+              "algorithm.samples_per_prompt=4", "eval.before_training=false", "logging.progress=false"]
+    out = run_cli(*common, "reward_policy.max_error_rate=1.0", cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    trajectories = read_jsonl(run_dir / "trajectories.jsonl")
+    failed = [t for t in trajectories if t["errors"]]
+    assert failed, "the random policy emits completions starting with 1"
+    assert all(t["scores"]["flaky"] is None and t["total"] is None for t in failed)
+    assert all("grader bug on" in t["errors"]["flaky"] for t in failed)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reward_errors"] == len(failed)
+    assert sum(m["reward/errors"] for m in read_jsonl(run_dir / "metrics.jsonl")) == len(failed)
+
+    aborted = run_cli(*common, "reward_policy.on_error=abort", "hydra.run.dir=runs/aborted", cwd=isolated)
+    assert aborted.returncode == 1
+    assert "reward 'flaky' failed and reward_policy.on_error=abort" in aborted.stderr
+    assert json.loads((isolated / "runs/aborted/summary.json").read_text())["state"] == "failed"
