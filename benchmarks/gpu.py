@@ -32,7 +32,8 @@ def main() -> None:
             [metrics_path] = runs.rglob("metrics.jsonl")
             metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()][2:]  # skip warm-up
             plan = json.loads((metrics_path.parent / "plan.json").read_text())
-            per_step = plan["recipe"]["algorithm"]["prompts_per_step"] * plan["recipe"]["algorithm"]["samples_per_prompt"]
+            algorithm = plan["recipe"]["algorithm"]
+            per_step = algorithm["prompts_per_step"] * algorithm["samples_per_prompt"]
             step_s = statistics.median(m["step_time_s"] for m in metrics)
             tokens = statistics.median(m["completion_len/mean"] * per_step / m["step_time_s"] for m in metrics)
             results[name] = {"s_per_step": step_s, "generated_tokens_per_s": tokens,

@@ -40,6 +40,11 @@ def correct(prompts, completions, answer, **kw):
     return [1.0 if f and int(f[-1]) == int(a) else 0.0 for f, a in zip(found, answer, strict=True)]
 
 
+def closeness(prompts, completions, answer, **kw):
+    found = [NUMBER.findall(c) for c in completions]
+    return [max(0.0, 1 - abs(int(f[-1]) - int(a)) / 10) if f else 0.0 for f, a in zip(found, answer, strict=True)]
+
+
 def bare_number(completions, completion_ids, **kw):
     return [1.0 if re.fullmatch(r"\s*-?\d+\s*", c) and 2 in ids else 0.0
             for c, ids in zip(completions, completion_ids, strict=True)]
@@ -57,7 +62,7 @@ def greedy_accuracy() -> float:
 
 
 before = greedy_accuracy()
-trainer = GRPOTrainer(model=model, reward_funcs=[correct, bare_number],
+trainer = GRPOTrainer(model=model, reward_funcs=[correct, closeness, bare_number],
                       args=GRPOConfig(output_dir=str(out_dir), **args), train_dataset=train, processing_class=tok)
 trainer.remove_callback(PrinterCallback)
 trainer.train()

@@ -26,7 +26,8 @@ def main() -> None:
         recipe = json.loads(plan)["recipe"]
         import yaml
 
-        (work / "config.yaml").write_text(yaml.safe_dump(recipe) + "hydra:\n  output_subdir: null\n  run:\n    dir: .\n")
+        quiet = "hydra:\n  output_subdir: null\n  run:\n    dir: .\n"  # like unirl plan: write nothing
+        (work / "config.yaml").write_text(yaml.safe_dump(recipe) + quiet)
         shutil.copy(HERE / "bare_hydra" / "app.py", work / "app.py")
         commands = {
             "unirl plan": [unirl, "plan", "--json"],

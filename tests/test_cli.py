@@ -49,7 +49,7 @@ def test_plan_prints_the_native_launch_in_human_form() -> None:
     out = run_cli("plan", "algorithm.lr=1e-4")
     assert out.returncode == 0, out.stderr
     for text in ("learning_rate", "0.0001", "num_generations", "per_device_train_batch_size", "math_answer",
-                 "builtin:arith#train"):
+                 "builtin:arith@train"):
         assert text in out.stdout
 
 

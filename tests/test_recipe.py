@@ -25,6 +25,8 @@ from tests.helpers import run_cli
         ("model.path=builtin:huge", ["model.path='builtin:huge'", "builtin models are"]),
         ("algorithm.loss_aggregation=seq_sum", ["algorithm.loss_aggregation='seq_sum'", "one of ['token_mean'"]),
         ("algorithm.top_p=1.5", ["algorithm.top_p=1.5", "must be in (0, 1]"]),
+        ("data.options.holdout=odd", ["data.options.holdout='odd'", "one of ['swapped', 'random']"]),
+        ("data.eval=builtin:arith@test", ["data.eval='builtin:arith@test'", "splits are ['train', 'heldout']"]),
         ("eval.accuracy_reward=bare", ["eval.accuracy_reward='bare'", "must be one of the recipe's rewards"]),
     ],
 )

@@ -61,13 +61,13 @@ def test_every_reward_component_reaches_trajectories_and_metrics(learned_run: Pa
     trajectories = read_jsonl(learned_run / "trajectories.jsonl")
     assert len(trajectories) == 600 * 8 * 16  # every completion of every step, no torn or missing lines
     keys = {tuple(sorted(t["scores"])) for t in trajectories}
-    assert keys == {("bare_number", "math_answer")}
+    assert keys == {("bare_number", "math_answer", "numeric_closeness")}
     assert {tuple(t["components"]) for t in trajectories} == {("math_answer/has_answer",)}
     assert {t["step"] for t in trajectories} == set(range(1, 601))
     metrics = read_jsonl(learned_run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, 601))
     for key in ("reward/total/mean", "reward/math_answer/mean", "reward/bare_number/mean",
-                "reward/math_answer/has_answer", "reward/errors", "loss", "entropy"):
+                "reward/numeric_closeness/mean", "reward/math_answer/has_answer", "reward/errors", "loss", "entropy"):
         assert key in metrics[-1], key
     evals = [e for e in read_jsonl(learned_run / "eval.jsonl") if e["kind"] == "summary"]
     assert [e["step"] for e in evals] == [0, 300, 600]

@@ -229,9 +229,8 @@ def main(argv: list[str] | None = None) -> int:
             if verb == "plan":
                 return cmd_plan(rest)
             return cmd_list(verb, rest)
-        from unirl.plugins import get_host
-
         from unirl.compose import register_configs
+        from unirl.plugins import get_host
 
         host = get_host()
         overrides = normalise(argv, host.frameworks.names())

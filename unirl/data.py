@@ -13,18 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from unirl.errors import FieldError
-from unirl.recipe import BUILTIN_PREFIX, HUB_PREFIX, DataConfig
+from unirl.recipe import BUILTIN_PREFIX, HUB_PREFIX, DataConfig, split_source
 
 BUILTIN_DATASETS = ("arith",)
 
 
-def split_source(source: str, default_split: str) -> tuple[str, str]:
-    base, _, split = source.partition("#")
-    return base, split or default_split
-
-
 def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key: str) -> list[dict[str, Any]]:
-    base, split = split_source(source, default_split)
+    base, split = split_source(source)
+    split = split or default_split
     if base.startswith(BUILTIN_PREFIX):
         name = base[len(BUILTIN_PREFIX):]
         if name == "arith":
@@ -39,11 +35,11 @@ def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key:
         rows = [dict(r) for r in datasets.load_dataset(base[len(HUB_PREFIX):], split=split)]
     else:
         rows = _read_file(Path(base).expanduser(), key)
-    for i, row in enumerate(rows[:1]):
-        for needed in (data.prompt_key,):
-            if needed not in row:
-                raise FieldError(f"data.{'prompt_key'}", needed,
-                                 f"row {i} of {source} has columns {sorted(row)}; choose one of them")
+    if not rows:
+        raise FieldError(key, source, "holds no rows")
+    if data.prompt_key not in rows[0]:
+        raise FieldError("data.prompt_key", data.prompt_key,
+                         f"row 0 of {source} has columns {sorted(rows[0])}; choose one of them")
     return rows
 
 

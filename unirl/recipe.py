@@ -17,6 +17,7 @@ from unirl.errors import FieldError, RecipeInvalid
 
 BUILTIN_PREFIX = "builtin:"
 HUB_PREFIX = "hf:"
+SPLIT_SEP = "@"  # source@split; "#" would need quoting in Hydra's override grammar
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 HUB_ID = re.compile(r"^([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")  # "gpt2" or "org/name"
 
@@ -35,9 +36,9 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    train: str = "builtin:arith#train"
-    """Training prompts: ``builtin:<name>#<split>``, a .jsonl/.json/.parquet file, or ``hf:<dataset>#<split>``."""
-    eval: str | None = "builtin:arith#heldout"
+    train: str = "builtin:arith@train"
+    """Training prompts: ``builtin:<name>@<split>``, a .jsonl/.json/.parquet file, or ``hf:<dataset>@<split>``."""
+    eval: str | None = "builtin:arith@heldout"
     """Held-out prompts, same forms as ``train``; null = no held-out evaluation."""
     prompt_key: str = "prompt"
     """Column holding the prompt (text, or chat messages)."""
@@ -229,6 +230,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+def split_source(source: str) -> tuple[str, str]:
+    """``"hf:org/name@test"`` -> ("hf:org/name", "test"); a path whose last "@" is inside a folder name has no split."""
+    base, sep, split = source.rpartition(SPLIT_SEP)
+    if not sep or "/" in split or not base:
+        return source, ""
+    return base, split
+
+
 def _get(recipe: Recipe, dotted: str) -> Any:
     obj: Any = recipe
     for part in dotted.split("."):
@@ -264,17 +273,23 @@ def _check_model(path: str, problems: list[FieldError], builtin_models: tuple[st
 def _check_data(key: str, source: str | None, problems: list[FieldError], builtin_data: tuple[str, ...]) -> None:
     if source is None:
         return
-    base = source.split("#", 1)[0]
+    base, split = split_source(source)
     if base.startswith(BUILTIN_PREFIX):
-        if base[len(BUILTIN_PREFIX):] not in builtin_data:
+        name = base[len(BUILTIN_PREFIX):]
+        if name not in builtin_data:
             problems.append(FieldError(key, source, f"builtin datasets are {list(builtin_data)}"))
+        elif name == "arith":
+            from unirl.embedded import arith
+
+            if split and split not in arith.SPLITS:
+                problems.append(FieldError(key, source, f"builtin:arith splits are {list(arith.SPLITS)}"))
         return
     if base.startswith(HUB_PREFIX):
         return
     path = Path(base).expanduser()
     if path.suffix not in DATA_SUFFIXES:
         problems.append(FieldError(key, source, f"a data file must end in one of {list(DATA_SUFFIXES)}, or use "
-                                   "hf:<dataset>#<split> or builtin:<name>#<split>"))
+                                   "hf:<dataset>@<split> or builtin:<name>@<split>"))
     elif not path.is_file():
         problems.append(FieldError(key, source, "no such file"))
 
@@ -362,6 +377,11 @@ def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str
     _check_model(recipe.model.path, problems, builtin_models)
     _check_data("data.train", recipe.data.train, problems, builtin_data)
     _check_data("data.eval", recipe.data.eval, problems, builtin_data)
+    if f"{BUILTIN_PREFIX}arith" in {split_source(s)[0] for s in (recipe.data.train, recipe.data.eval) if s}:
+        from unirl.embedded import arith
+
+        for option, value, allowed in arith.option_problems(recipe.data.options):
+            problems.append(FieldError(f"data.options.{option}", value, allowed))
     for key in ("data.train_rows", "data.eval_rows", "data.max_prompt_tokens"):
         value = _get(recipe, key)
         if value is not None and value < 1:

@@ -69,3 +69,18 @@ def math_answer(sample: unirl.Sample) -> unirl.RewardResult:
         components={"has_answer": 0.0 if predicted is None else 1.0},
         info={"extracted": predicted},
     )
+
+
+@unirl.reward("numeric_closeness")
+def numeric_closeness(sample: unirl.Sample, scale: float = 10.0) -> float:
+    """Partial credit max(0, 1 - |answer - reference| / scale): a dense signal toward the right number."""
+    if sample.reference is None:
+        raise ValueError("numeric_closeness needs a reference answer (data.answer_key)")
+    predicted = extract_answer(sample.completion)
+    p = None if predicted is None else as_number(predicted)
+    r = as_number(str(sample.reference))
+    if r is None:
+        raise ValueError(f"numeric_closeness needs a numeric reference, got {sample.reference!r}")
+    if p is None:
+        return 0.0
+    return max(0.0, 1.0 - abs(float(p - r)) / scale)

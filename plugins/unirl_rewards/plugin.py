@@ -9,4 +9,5 @@ from unirl.registry import Registry
 @hookimpl
 def unirl_add_rewards(registry: Registry) -> None:
     registry.add("unirl_rewards.math_answer:math_answer", name="math_answer")
+    registry.add("unirl_rewards.math_answer:numeric_closeness", name="numeric_closeness")
     registry.add("unirl_rewards.formats:bare_number", name="bare_number")

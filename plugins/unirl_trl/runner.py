@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from unirl.errors import UnirlError
 from unirl.manifest import build_manifest
 from unirl.plan import LaunchPlan
 from unirl.plugins import get_host
-from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe
+from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe, split_source
 from unirl.rewards import RewardSet, Sample, build_reward_set, reward_sources
 from unirl.run import MANIFEST, NATIVE_CONFIG, PLAN, RunInfo, write_json
 from unirl_trl.framework import BUILTIN_SUPPRESS, launch_args
@@ -80,7 +81,7 @@ def prepare_rows(rows: list[dict[str, Any]], data: DataConfig, tok: Any, source:
                 prompt = tok.decode(ids[-data.max_prompt_tokens:])
         reference = row.get(data.answer_key)
         out.append({"prompt": prompt, "reference": None if reference is None else str(reference),
-                    "data_source": str(row.get("data_source", source.split("#")[0]))})
+                    "data_source": str(row.get("data_source", split_source(source)[0]))})
     return out
 
 
@@ -147,6 +148,8 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     t_start = time.monotonic()
     import torch
 
+    # TRL 1.16 still calls transformers' deprecated is_gradient_checkpointing: noise for the user, not theirs to fix.
+    warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     recipe = _recipe_from_plan(plan)
     host = get_host()
     hooks = host.pm.hook
