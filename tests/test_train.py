@@ -122,3 +122,29 @@ def test_a_raising_reward_is_counted_and_logged_and_can_abort_the_run(isolated: 
     assert aborted.returncode == 1
     assert "reward 'flaky' failed and reward_policy.on_error=abort" in aborted.stderr
     assert json.loads((isolated / "runs/aborted/summary.json").read_text())["state"] == "failed"
+
+
+def test_ctrl_c_stops_the_run_cleanly_and_keeps_what_was_written(isolated: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "unirl.cli", "algorithm.steps=3000", "eval.before_training=false",
+                             "logging.progress=false"], cwd=isolated, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "UNIRL_RUNS_DIR": str(isolated / "runs")})
+    deadline = time.monotonic() + 120
+    metrics: list[Path] = []
+    while time.monotonic() < deadline and not metrics:
+        metrics = list((isolated / "runs").rglob("metrics.jsonl"))
+        time.sleep(0.5)
+    assert metrics, "training never started"
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr[-2000:]
+    run_dir = metrics[0].parent
+    assert json.loads((run_dir / "summary.json").read_text())["state"] == "interrupted"
+    steps = [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")]  # every line parses: nothing torn
+    assert steps == list(range(1, len(steps) + 1)) and 0 < len(steps) < 3000

@@ -106,17 +106,15 @@ def _record(outcome: dict[str, Any]) -> dict[str, Any]:
 def _run_task(cfg: Any) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
 
-    from unirl.compose import check, to_recipe
+    from unirl.compose import plan_recipe, to_recipe
     from unirl.plugins import get_host
 
     host = get_host()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:  # everything before launch: a problem here is the user's input, reported without a traceback
         recipe = to_recipe(cfg)
-        check(host, recipe)
-        framework = host.frameworks.get(recipe.framework["name"])
-        plan = framework.plan(recipe)
-        framework.validate(plan)
+        plan = plan_recipe(host, recipe)
+        host.frameworks.get(plan.framework).validate(plan)
         scheduler = host.schedulers.get(recipe.scheduler.get("name", "local"))
     except UnirlError as exc:
         err(str(exc))
@@ -165,11 +163,9 @@ def _hydra_main(argv: list[str]) -> int:
 
 def preflight(host: Any, overrides: list[str]) -> Any:
     """Compose, validate and plan without making a run directory: bad input fails before anything starts."""
-    from unirl.compose import check, compose, to_recipe
+    from unirl.compose import compose, plan_recipe, to_recipe
 
-    recipe = to_recipe(compose(host, overrides))
-    check(host, recipe)
-    return host.frameworks.get(recipe.framework["name"]).plan(recipe)
+    return plan_recipe(host, to_recipe(compose(host, overrides)))
 
 
 # --- verbs ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from unirl.errors import UnirlError
+from unirl.plan import LaunchPlan
 from unirl.plugins import Host
 from unirl.recipe import Recipe
 
@@ -80,6 +81,12 @@ def to_recipe(cfg: Any) -> Recipe:
         raise UnirlError(f"the composed config is not a unirl recipe (got {type(recipe).__name__}); "
                          "is unirl_schema first in the defaults list?")
     return recipe
+
+
+def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:
+    """Validate the recipe and translate it with its framework's plugin (pure: nothing is launched)."""
+    check(host, recipe)
+    return host.frameworks.get(recipe.framework["name"]).plan(recipe)
 
 
 def check(host: Host, recipe: Recipe) -> None:

@@ -94,7 +94,7 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
     was_training = model.training
     model.eval()
     padding_side, tok.padding_side = tok.padding_side, "left"
-    eos_ids = {tok.eos_token_id} | set(_as_list(getattr(model.generation_config, "eos_token_id", None)))
+    stop_ids = eos_ids(model, tok)
     records = []
     try:
         for start in range(0, len(rows), batch_size):
@@ -107,11 +107,11 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
                     **enc, max_new_tokens=recipe.algorithm.max_new_tokens, do_sample=not recipe.eval.greedy,
                     temperature=None if recipe.eval.greedy else recipe.algorithm.temperature,
                     top_p=None if recipe.eval.greedy else recipe.algorithm.top_p, top_k=None,
-                    suppress_tokens=suppress, pad_token_id=tok.pad_token_id, eos_token_id=sorted(eos_ids))
+                    suppress_tokens=suppress, pad_token_id=tok.pad_token_id, eos_token_id=sorted(stop_ids))
             for row, ids in zip(chunk, out[:, enc["input_ids"].shape[1]:].tolist(), strict=True):
-                finished = any(t in eos_ids for t in ids)
+                finished = any(t in stop_ids for t in ids)
                 if finished:
-                    ids = ids[:next(i for i, t in enumerate(ids) if t in eos_ids)]
+                    ids = ids[:next(i for i, t in enumerate(ids) if t in stop_ids)]
                 completion = tok.decode(ids, skip_special_tokens=True)
                 sample = Sample(prompt=text_of(row["prompt"]), completion=completion, reference=row["reference"],
                                 data_source=row["data_source"], truncated=not finished)
@@ -131,10 +131,11 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
     return summary, records
 
 
-def _as_list(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple) else [value]
+def eos_ids(model: Any, tok: Any) -> set[int]:
+    """Every token that ends a completion: the tokenizer's EOS and the model's generation EOS ids."""
+    extra = getattr(model.generation_config, "eos_token_id", None)
+    extra = [] if extra is None else list(extra) if isinstance(extra, list | tuple) else [extra]
+    return {tok.eos_token_id, *extra}
 
 
 def _recipe_from_plan(plan: LaunchPlan) -> Recipe:
@@ -159,14 +160,38 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
         torch.set_num_threads(recipe.resources.cpu_threads)
     torch.manual_seed(recipe.seed)
 
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
     args = launch_args(plan)
     write_json(run_dir / PLAN, plan.to_dict())
     write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
     rewards = build_reward_set(host.rewards, recipe.rewards)
+    summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
+                               "seed": recipe.seed, "state": "failed"}
+    try:
+        _train(recipe, args, rewards, info, hooks, t_start, summary)
+    except KeyboardInterrupt:
+        summary["state"] = "interrupted"
+        raise
+    except Exception as exc:
+        summary["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        summary["reward_errors"] = rewards.error_count
+        summary["reward_calls"] = rewards.calls
+        summary["wall_time_s"] = time.monotonic() - t_start
+        hooks.unirl_run_end(run=info, summary=summary)
+    return summary
+
+
+def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardSet, info: RunInfo, hooks: Any, t_start: float,
+           summary: dict[str, Any]) -> None:
+    """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails)."""
+    import torch
+    from datasets import Dataset
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    run_dir = info.run_dir
+    host = get_host()
     model, tok, model_info = load_model(recipe)
     train_raw = limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
                       recipe.data.train_rows, recipe.seed)
@@ -177,15 +202,13 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
                          recipe.data.eval_rows, recipe.seed)
         eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval)
     write_json(run_dir / MANIFEST, build_manifest(
-        framework=plan.framework, seed=recipe.seed, reward_sources=reward_sources(host.rewards, rewards.names),
+        framework=info.framework, seed=recipe.seed, reward_sources=reward_sources(host.rewards, rewards.names),
         model=model_info, project_dir=Path.cwd(),
         data={"train": recipe.data.train, "train_rows": len(train_rows), "train_sha256": fingerprint(train_rows),
               "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)}))
 
     suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
     mini = recipe.algorithm.mini_batches_per_step
-    summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
-                               "seed": recipe.seed}
     hooks.unirl_run_start(run=info)
 
     def run_eval(step: int) -> dict[str, Any]:
@@ -213,39 +236,25 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
                     and state.global_step < args.max_steps:
                 run_eval(state.global_step // mini)
 
-    try:
-        if eval_rows and recipe.eval.before_training:
-            summary["accuracy_before"] = run_eval(0)["accuracy"]
-        eos_ids = {tok.eos_token_id} | set(_as_list(getattr(model.generation_config, "eos_token_id", None)))
-        adapter = TrlRewardAdapter(
-            rewards, eos_ids=eos_ids, on_error=recipe.reward_policy.on_error,
-            max_error_rate=recipe.reward_policy.max_error_rate, mini_batches=mini,
-            on_scored=lambda step, records: hooks.unirl_rollouts_scored(run=info, step=step, records=records))
-        trainer = GRPOTrainer(
-            model=model, reward_funcs=adapter.reward_funcs(),
-            args=GRPOConfig(output_dir=str(run_dir / "trl"), **args),
-            train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()])
-        trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
-        t_train = time.monotonic()
-        trainer.train()
-        summary["train_time_s"] = time.monotonic() - t_train
-        if eval_rows:
-            final = run_eval(recipe.algorithm.steps)
-            summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
-                           distinct_completions=final["distinct_completions"])
-        summary["state"] = "completed"
-    except KeyboardInterrupt:
-        summary["state"] = "interrupted"
-        raise
-    except Exception as exc:
-        summary.update(state="failed", error=f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        summary["reward_errors"] = rewards.error_count
-        summary["reward_calls"] = rewards.calls
-        summary["wall_time_s"] = time.monotonic() - t_start
-        hooks.unirl_run_end(run=info, summary=summary)
-    return summary
+    if eval_rows and recipe.eval.before_training:
+        summary["accuracy_before"] = run_eval(0)["accuracy"]
+    adapter = TrlRewardAdapter(
+        rewards, eos_ids=eos_ids(model, tok), on_error=recipe.reward_policy.on_error,
+        max_error_rate=recipe.reward_policy.max_error_rate, mini_batches=mini,
+        on_scored=lambda step, records: hooks.unirl_rollouts_scored(run=info, step=step, records=records))
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=adapter.reward_funcs(),
+        args=GRPOConfig(output_dir=str(run_dir / "trl"), **args),
+        train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()])
+    trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
+    t_train = time.monotonic()
+    trainer.train()
+    summary["train_time_s"] = time.monotonic() - t_train
+    if eval_rows:
+        final = run_eval(recipe.algorithm.steps)
+        summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
+                       distinct_completions=final["distinct_completions"])
+    summary["state"] = "completed"
 
 
 def main(argv: list[str] | None = None) -> int:
