@@ -1,7 +1,8 @@
 """The embedded default as a plain TRL script: no unirl runtime, the identical GRPOConfig.
 
 The GRPOConfig arguments are read from ``unirl plan --json`` (so the configuration is identical by
-construction); the model, data, rewards and greedy evaluation are written here in plain TRL terms.
+construction); the model, data, rewards and greedy held-out evaluation (before, every
+``eval.every_steps``, after: the recipe's cadence) are written here in plain TRL terms.
 Usage: python benchmarks/plain_trl.py PLAN.json OUTPUT_DIR
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 t0 = time.monotonic()
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import PrinterCallback  # noqa: E402
+from transformers import PrinterCallback, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from unirl.embedded import arith, tiny_model  # noqa: E402  (model and data builders only)
@@ -61,9 +62,17 @@ def greedy_accuracy() -> float:
     return sum(correct(None, texts, [r["answer"] for r in held])) / len(held)
 
 
+class EvalCadence(TrainerCallback):
+    def on_step_end(self, args, state, control, **kw):
+        every = plan["recipe"]["eval"]["every_steps"]
+        if every and state.global_step % every == 0 and state.global_step < args.max_steps:
+            greedy_accuracy()
+
+
 before = greedy_accuracy()
 trainer = GRPOTrainer(model=model, reward_funcs=[correct, closeness, bare_number],
-                      args=GRPOConfig(output_dir=str(out_dir), **args), train_dataset=train, processing_class=tok)
+                      args=GRPOConfig(output_dir=str(out_dir), **args), train_dataset=train, processing_class=tok,
+                      callbacks=[EvalCadence()])
 trainer.remove_callback(PrinterCallback)
 trainer.train()
 after = greedy_accuracy()

@@ -28,9 +28,10 @@ def test_held_out_accuracy_rises_clearly_above_its_start(learned_run: Path) -> N
     summary = json.loads((learned_run / "summary.json").read_text())
     assert summary["state"] == "completed"
     assert summary["accuracy_before"] <= 0.1  # a random model solves (almost) nothing
+    # 600 steps (a fifth of the default) reach 5/11 with this seed; 3/11 leaves room for other CPUs' float order
     assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.25
     # not a collapse onto one answer: greedy answers differ across held-out prompts
-    assert summary["distinct_completions"] >= 4
+    assert summary["distinct_completions"] >= 3
     rewards = [m["reward/total/mean"] for m in read_jsonl(learned_run / "metrics.jsonl")]
     assert sum(rewards[-50:]) / 50 > 2 * sum(rewards[:50]) / 50
 
@@ -54,7 +55,7 @@ def test_run_directory_holds_every_artifact(learned_run: Path) -> None:
     assert manifest["rewards"]["math_answer"]["plugin"] == "rewards"
     assert manifest["seed"] == 0 and "hostname" in manifest["host"]
     native = json.loads((learned_run / "native_config.json").read_text())
-    assert native["grpo_config"]["use_cpu"] is True and native["grpo_config"]["learning_rate"] == 3e-4
+    assert native["grpo_config"]["use_cpu"] is True and native["grpo_config"]["learning_rate"] == 2e-4
 
 
 def test_every_reward_component_reaches_trajectories_and_metrics(learned_run: Path) -> None:
@@ -148,3 +149,19 @@ def test_ctrl_c_stops_the_run_cleanly_and_keeps_what_was_written(isolated: Path)
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "interrupted"
     steps = [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")]  # every line parses: nothing torn
     assert steps == list(range(1, len(steps) + 1)) and 0 < len(steps) < 3000
+
+
+def test_a_backend_in_another_interpreter_runs_as_a_child_process(isolated: Path) -> None:
+    """framework.python points at the backend's interpreter: the local scheduler launches the plan's command there."""
+    import sys
+
+    out = run_cli(f"framework.python={sys.executable}", "algorithm.steps=2", "algorithm.prompts_per_step=2",
+                  "algorithm.samples_per_prompt=4", "eval.before_training=false", "logging.progress=false",
+                  cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["in_process"] is False and plan["command"][0] == sys.executable
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["argv"][0].endswith("unirl_trl/runner.py")  # it ran in the child, not in unirl's process
+    assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"

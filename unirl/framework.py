@@ -64,8 +64,10 @@ class Framework(Protocol):
 
 @dataclass
 class FrameworkOptions:
-    """Options every framework accepts under ``framework.*``."""
+    """Options every framework accepts under ``framework.*`` (a plugin's ``options`` start from these)."""
 
     name: str = ""
-    python: str | None = None  # the backend's interpreter, when it lives in another environment
-    overrides: dict[str, Any] = field(default_factory=dict)  # raw native keys, applied last
+    python: str | None = None
+    """The backend's interpreter when it lives in another environment; null = unirl's own (in-process)."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Raw native keys applied after the mapping table: the escape hatch, shown in ``unirl plan``."""

@@ -167,15 +167,20 @@ class RewardSet:
                 continue
             scores[name] = result.score
             known = self._component_names.setdefault(name, tuple(sorted(result.components)))
-            extra = set(result.components) - set(known)
-            if extra:
+            if result.components and result.components.keys() - set(known):
+                extra = sorted(result.components.keys() - set(known))
                 self.error_count += 1
-                errors[name] = f"reward {name!r} returned components {sorted(extra)} not in its set {list(known)}"
+                errors[name] = f"reward {name!r} returned components {extra} not in its set {list(known)}"
             for c in known:
                 value = result.components.get(c)
                 components[f"{name}/{c}"] = None if value is None else float(value)
-        valid = [(w.weight, scores[w.fn.name]) for w in self.rewards if scores[w.fn.name] is not None]
-        total = sum(wt * s for wt, s in valid) if len(valid) == len(self.rewards) else None  # type: ignore[operator]
+        total: float | None = 0.0
+        for w in self.rewards:
+            score = scores[w.fn.name]
+            if score is None:
+                total = None  # a sample with a failed reward has no total, not a partial one
+                break
+            total += w.weight * score
         return ScoredSample(scores, components, total, errors)
 
 

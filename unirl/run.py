@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+try:
+    import orjson
+except ImportError:  # optional: the core stays pure Python
+    orjson = None
+
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 NATIVE_CONFIG = "native_config.json"
@@ -29,11 +34,21 @@ class RunInfo:
         return self.run_dir / name
 
 
+def encode_lines(records: list[dict[str, Any]]) -> bytes:
+    """JSON lines; orjson when installed (several times faster on the per-step trajectory batch)."""
+    if orjson is not None:
+        try:
+            return b"".join(orjson.dumps(r, default=_jsonable) + b"\n" for r in records)
+        except TypeError:  # e.g. a non-str dict key: the standard library handles it
+            pass
+    return "".join(json.dumps(r, ensure_ascii=False, default=_jsonable) + "\n" for r in records).encode()
+
+
 def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     """Append whole lines with one write on an O_APPEND descriptor, so a killed run leaves no torn line."""
     if not records:
         return
-    data = "".join(json.dumps(r, ensure_ascii=False, default=_jsonable) + "\n" for r in records).encode()
+    data = encode_lines(records)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         view = memoryview(data)

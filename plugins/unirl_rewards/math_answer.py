@@ -7,6 +7,7 @@ otherwise the last number in the text. Numbers compare as exact fractions, so ``
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -32,6 +33,7 @@ def last_boxed(text: str) -> str | None:
     return None  # unbalanced: no answer rather than a guess
 
 
+@functools.lru_cache(maxsize=65536)  # rollouts repeat answers a lot; extraction is pure
 def extract_answer(text: str) -> str | None:
     boxed = last_boxed(text)
     if boxed is not None:
@@ -43,6 +45,7 @@ def extract_answer(text: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
+@functools.lru_cache(maxsize=65536)
 def as_number(text: str) -> Fraction | int | None:
     cleaned = text.strip()
     if INTEGER.fullmatch(cleaned):  # the common case, ~20x cheaper than Fraction parsing

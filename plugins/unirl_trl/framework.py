@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import Any, ClassVar
 
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
-from unirl.framework import Capabilities, Mapping
+from unirl.framework import Capabilities, FrameworkOptions, Mapping
 from unirl.plan import LaunchPlan, MappedField
 from unirl.recipe import BUILTIN_PREFIX, Recipe
 
@@ -130,7 +130,7 @@ class TrlFramework:
     name = NAME
     description = "Hugging Face TRL GRPOTrainer; in-process, runs on CPU or CUDA"
     capabilities = CAPABILITIES
-    options: ClassVar[dict[str, Any]] = {"name": NAME, "python": None, "overrides": {}}
+    options: ClassVar[dict[str, Any]] = asdict(FrameworkOptions(name=NAME))
 
     def installed_version(self) -> str | None:
         try:
