@@ -74,6 +74,9 @@ trainer = GRPOTrainer(model=model, reward_funcs=[correct, closeness, bare_number
                       args=GRPOConfig(output_dir=str(out_dir), **args), train_dataset=train, processing_class=tok,
                       callbacks=[EvalCadence()])
 trainer.remove_callback(PrinterCallback)
+t_train = time.monotonic()
 trainer.train()
+train_s = time.monotonic() - t_train
 after = greedy_accuracy()
-print(json.dumps({"accuracy_before": before, "accuracy_after": after, "wall_time_s": time.monotonic() - t0}))
+print(json.dumps({"accuracy_before": before, "accuracy_after": after, "train_s": train_s,
+                  "wall_time_s": time.monotonic() - t0}))

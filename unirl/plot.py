@@ -8,16 +8,17 @@ from unirl.run import CURVES, EVAL, METRICS, read_jsonl
 
 
 def plot_run(run_dir: Path) -> Path | None:
-    try:
-        import matplotlib
+    try:  # the object API with the Agg canvas: no pyplot, no GUI backend probing (about a second saved)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
     except ImportError:  # the light core has no matplotlib; the trl extra brings it
         return None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     metrics = [m for m in read_jsonl(run_dir / METRICS) if m.get("reward/total/mean") is not None]
     evals = [e for e in read_jsonl(run_dir / EVAL) if e.get("kind") == "summary"]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig = Figure(figsize=(8, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
     if metrics:
         steps = [m["step"] for m in metrics]
         rewards = [m["reward/total/mean"] for m in metrics]
@@ -33,9 +34,8 @@ def plot_run(run_dir: Path) -> Path | None:
     ax.set_ylabel("reward / accuracy")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
-    ax.set_title(run_dir.name)
+    ax.set_title(f"{run_dir.parent.name} / {run_dir.name}")
     fig.tight_layout()
     out = run_dir / CURVES
     fig.savefig(out, dpi=100)
-    plt.close(fig)
     return out
