@@ -157,7 +157,13 @@ class RewardSet:
             name = w.fn.name
             self.calls += 1
             try:
-                result = w.fn(sample, **w.kwargs)
+                value = w.fn.fn(sample, **w.kwargs)
+                if type(value) is float and math.isfinite(value):  # the common case, without a RewardResult
+                    scores[name] = value
+                    for c in self._component_names.get(name, ()):
+                        components[f"{name}/{c}"] = None  # a plain float carries no components
+                    continue
+                result = as_result(value, name)
             except Exception as exc:  # the author's code: any failure is counted and logged
                 self.error_count += 1
                 errors[name] = "".join(traceback.format_exception(exc)).strip()
