@@ -85,8 +85,9 @@ def test_a_local_model_directory_and_jsonl_data_train_like_a_users_run(isolated:
     out = run_cli(f"model.path={model_dir}", "data.train=train.jsonl", "data.eval=test.jsonl",
                   "data.prompt_key=question", "data.answer_key=solution", "algorithm.steps=3",
                   "algorithm.prompts_per_step=4", "algorithm.samples_per_prompt=4", "algorithm.max_new_tokens=3",
-                  "logging.progress=false", cwd=isolated)
+                  cwd=isolated)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "step 3/3  reward" in out.stderr  # progress, as plain lines when not on a terminal
     [run_dir] = run_dirs(isolated / "runs")
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["model"]["id"] == str(model_dir)

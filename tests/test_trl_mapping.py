@@ -10,7 +10,7 @@ from unirl_trl.framework import TrlFramework, launch_args
 
 from unirl.errors import RecipeInvalid
 from unirl.plan import LaunchPlan
-from unirl.recipe import AlgorithmConfig, Recipe, ResourcesConfig, RolloutConfig
+from unirl.recipe import AlgorithmConfig, Recipe, ResourcesConfig, RolloutConfig, RunSection
 
 
 def plan_for(**algorithm: object) -> LaunchPlan:
@@ -112,6 +112,10 @@ def test_cuda_request_without_a_gpu_fails_before_launch() -> None:
         launch_args(plan)
 
 
-def test_multi_node_is_refused_until_built() -> None:
+def test_launches_this_plugin_cannot_make_yet_are_refused_not_ignored() -> None:
     with pytest.raises(RecipeInvalid, match=r"resources\.nodes=2"):
         TrlFramework().plan(Recipe(resources=ResourcesConfig(nodes=2, gpus_per_node=1)))
+    with pytest.raises(RecipeInvalid, match=r"resources\.gpus_per_node=4: not supported by trl"):
+        TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=4)))
+    with pytest.raises(RecipeInvalid, match=r"run\.resume=True: not supported by trl"):
+        TrlFramework().plan(Recipe(run=RunSection(resume=True)))

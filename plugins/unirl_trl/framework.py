@@ -146,6 +146,13 @@ class TrlFramework:
         if recipe.resources.nodes > 1:
             problems.append(Unsupported("resources.nodes", recipe.resources.nodes, NAME,
                                         "1 node per run from this plugin (multi-node TRL launch is not built yet)"))
+        if recipe.resources.gpus_per_node > 1:
+            problems.append(Unsupported("resources.gpus_per_node", recipe.resources.gpus_per_node, NAME,
+                                        "0 or 1 from this plugin: it starts one training process (an accelerate/"
+                                        "torchrun launch for several GPUs is not built yet)"))
+        if recipe.run.resume:
+            problems.append(Unsupported("run.resume", True, NAME,
+                                        "fresh runs only: resuming from a run directory is not built yet"))
         if problems:
             raise RecipeInvalid(problems, context=f"recipe for {NAME}")
 
