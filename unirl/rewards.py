@@ -90,10 +90,6 @@ def drain_decorated() -> list[RewardFunction]:
     return list(_DECORATED.values())
 
 
-def decorated(name: str) -> RewardFunction | None:
-    return _DECORATED.get(name)
-
-
 def as_result(value: Any, name: str) -> RewardResult:
     """Normalise what a reward returned; a wrong type or a non-finite score is an error, not a zero."""
     if isinstance(value, RewardResult):
@@ -145,9 +141,6 @@ class RewardSet:
     @property
     def names(self) -> list[str]:
         return [w.fn.name for w in self.rewards]
-
-    def component_keys(self) -> list[str]:
-        return [f"{name}/{c}" for name, comps in self._component_names.items() for c in comps]
 
     def score(self, sample: Sample) -> ScoredSample:
         scores: dict[str, float | None] = {}
