@@ -19,7 +19,7 @@ from typing import Any
 
 from unirl.errors import RecipeInvalid, UnirlError
 
-VERBS = ("plan", "plugins", "frameworks", "rewards", "help")
+VERBS = ("plan", "plugins", "frameworks", "rewards", "reward", "help")
 GROUPS_WITH_DEFAULTS = ("framework", "scheduler", "recipe")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -38,6 +38,7 @@ verbs:
   plugins [--json]                               loaded plugins: package, version, hooks
   frameworks [--json]                            backends, their capabilities, installed versions
   rewards [--json]                               registered reward functions and their sources
+  reward test NAME... --samples F.jsonl [--json] score samples with rewards, before any training
 
 overrides (Hydra grammar): key=value sets a recipe field (algorithm.lr=3e-4, rewards.0.weight=0.5);
 group=option picks a config option (recipe=, framework=, scheduler=). Fields and their units:
@@ -189,6 +190,15 @@ def cmd_plan(args: list[str]) -> int:
     return EXIT_OK
 
 
+def cmd_reward(args: list[str]) -> int:
+    if not args or args[0] != "test":
+        raise UnirlError("usage: unirl reward test NAME [NAME ...] --samples FILE.jsonl [--json] [--kwargs JSON]")
+    from unirl import reward_cli
+    from unirl.plugins import get_host
+
+    return reward_cli.main(args[1:], get_host())
+
+
 def cmd_list(verb: str, args: list[str]) -> int:
     from unirl import report
     from unirl.plugins import get_host
@@ -224,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
             verb, rest = argv[0], argv[1:]
             if verb == "plan":
                 return cmd_plan(rest)
+            if verb == "reward":
+                return cmd_reward(rest)
             return cmd_list(verb, rest)
         from unirl.compose import register_configs
         from unirl.plugins import get_host
