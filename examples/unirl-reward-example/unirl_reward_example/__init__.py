@@ -1,0 +1,1 @@
+"""An example reward package for unirl."""
