@@ -72,7 +72,7 @@ def compose(host: Host, overrides: list[str]) -> Any:
 
 
 def to_recipe(cfg: Any) -> Recipe:
-    """The typed Recipe from a composed config (Hydra's own ``hydra`` node dropped)."""
+    """The typed Recipe from a composed config (composition already typed it against ``unirl_schema``)."""
     from omegaconf import OmegaConf
 
     # The composed config is already typed by unirl_schema, so conversion is direct and cheap.

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from unirl.errors import FieldError
-from unirl.recipe import BUILTIN_PREFIX, HUB_PREFIX, DataConfig, split_source
-
-BUILTIN_DATASETS = ("arith",)
+from unirl.recipe import BUILTIN_DATASETS, BUILTIN_PREFIX, HUB_PREFIX, DataConfig, split_source
 
 
 def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key: str) -> list[dict[str, Any]]:

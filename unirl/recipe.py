@@ -19,6 +19,7 @@ BUILTIN_PREFIX = "builtin:"
 HUB_PREFIX = "hf:"
 SPLIT_SEP = "@"  # source@split; "#" would need quoting in Hydra's override grammar
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+BUILTIN_DATASETS = ("arith",)
 HUB_ID = re.compile(r"^([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")  # "gpt2" or "org/name"
 
 
@@ -295,7 +296,7 @@ def _check_data(key: str, source: str | None, problems: list[FieldError], builti
 
 
 def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str, ...] = tuple(SHAPES),
-             builtin_data: tuple[str, ...] = ("arith",)) -> None:
+             builtin_data: tuple[str, ...] = BUILTIN_DATASETS) -> None:
     """Raise :class:`RecipeInvalid` listing every problem; cheap, imports nothing heavy."""
     problems: list[FieldError] = []
     a = recipe.algorithm

@@ -166,8 +166,8 @@ class RewardSet:
                 continue
             scores[name] = result.score
             known = self._component_names.setdefault(name, tuple(sorted(result.components)))
-            if result.components and result.components.keys() - set(known):
-                extra = sorted(result.components.keys() - set(known))
+            extra = sorted(result.components.keys() - set(known)) if result.components else []
+            if extra:
                 self.error_count += 1
                 errors[name] = f"reward {name!r} returned components {extra} not in its set {list(known)}"
             for c in known:

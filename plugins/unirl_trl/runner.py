@@ -19,7 +19,7 @@ from unirl.data import fingerprint, limit, load_rows, render_prompt
 from unirl.errors import UnirlError
 from unirl.manifest import build_manifest
 from unirl.plan import LaunchPlan
-from unirl.plugins import get_host
+from unirl.plugins import Host, get_host
 from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe, split_source
 from unirl.rewards import RewardSet, Sample, build_reward_set, reward_sources
 from unirl.run import MANIFEST, NATIVE_CONFIG, PLAN, RunInfo, write_json
@@ -167,7 +167,7 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
                                "seed": recipe.seed, "state": "failed"}
     try:
-        _train(recipe, args, rewards, info, hooks, t_start, summary)
+        _train(recipe, args, rewards, info, host, t_start, summary)
     except KeyboardInterrupt:
         summary["state"] = "interrupted"
         raise
@@ -182,7 +182,7 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardSet, info: RunInfo, hooks: Any, t_start: float,
+def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardSet, info: RunInfo, host: Host, t_start: float,
            summary: dict[str, Any]) -> None:
     """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails)."""
     import torch
@@ -191,7 +191,7 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardSet, info: RunIn
     from trl import GRPOConfig, GRPOTrainer
 
     run_dir = info.run_dir
-    host = get_host()
+    hooks = host.pm.hook
     model, tok, model_info = load_model(recipe)
     train_raw = limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
                       recipe.data.train_rows, recipe.seed)
