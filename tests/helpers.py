@@ -22,3 +22,27 @@ def run_dirs(root: Path) -> list[Path]:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def backend_python(backend: str) -> Path:
+    """The interpreter of a backend's own venv (scripts/backend_venv.sh). Missing: skip here, fail in CI."""
+    import pytest
+
+    python = Path(os.environ.get("UNIRL_VENVS_DIR", REPO / ".venvs")) / backend / "bin" / "python"
+    if not python.exists():
+        message = f"{python} is missing: run scripts/backend_venv.sh {backend}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return python
+
+
+def run_harness(backend: str, *args: str, env: dict[str, str] | None = None,
+                timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """A tests/backends/<backend>_harness.py script, in that backend's own venv."""
+    script = REPO / "tests" / "backends" / f"{backend}_harness.py"
+    return subprocess.run([str(backend_python(backend)), str(script), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import math
+import json
+import threading
 
 import pytest
-from unirl_rewards.formats import bare_number
+from unirl_rewards.formats import bare_number, format_match, length_penalty
 from unirl_rewards.math_answer import extract_answer, math_answer
 
 import unirl
-from unirl.rewards import RewardSet, WeightedReward
+import unirl.errors
+from tests import reward_fixtures as fx
 
 
 @pytest.mark.parametrize(
@@ -44,70 +46,71 @@ def test_bare_number_needs_a_finished_bare_number() -> None:
     assert bare_number(unirl.Sample(prompt="", completion="7 apples")).score == 0.0
 
 
-@unirl.reward("explodes")
-def explodes(sample: unirl.Sample) -> float:
-    raise RuntimeError("grader crashed")
+def test_math_verify_compares_expressions_symbolically_off_the_main_thread() -> None:
+    results: list[unirl.RewardResult] = []
+
+    def score() -> None:  # math-verify's default SIGALRM timeout would raise here; unirl switches it off
+        for completion, reference in [("so \\boxed{\\frac{1}{2}}", "0.5"), ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}"),
+                                      ("\\boxed{3}", "4")]:
+            sample = unirl.Sample(prompt="q", completion=completion, reference=reference)
+            results.append(math_answer(sample, verifier="math_verify"))
+
+    thread = threading.Thread(target=score)
+    thread.start()
+    thread.join()
+    assert [r.score for r in results] == [1.0, 1.0, 0.0]
 
 
-@unirl.reward("nan_score")
-def nan_score(sample: unirl.Sample) -> float:
-    return math.nan
+def test_format_reward_matches_the_whole_completion() -> None:
+    good = unirl.Sample(prompt="", completion="<think>2+2</think> <answer>4</answer>")
+    assert format_match(good).score == 1.0
+    assert format_match(unirl.Sample(prompt="", completion="<answer>4</answer>")).score == 0.0
+    assert format_match(unirl.Sample(prompt="", completion="4"), pattern=r"\d+").score == 1.0
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        format_match(good, pattern="(")
 
 
-@unirl.reward("wrong_type")
-def wrong_type(sample: unirl.Sample) -> str:
-    return "1.0"
+@pytest.mark.parametrize(("tokens", "truncated", "score"), [(100, False, 0.0), (768, False, 0.0), (896, False, -0.5),
+                                                             (1024, False, -1.0), (10, True, -1.0)])
+def test_length_penalty_is_dapo_overlong_shaping(tokens: int, truncated: bool, score: float) -> None:
+    sample = unirl.Sample(prompt="", completion="x", completion_tokens=tokens, truncated=truncated)
+    result = length_penalty(sample, max_length=1024, buffer=256)
+    assert result.score == score
+    assert result.components == {"length": float(tokens)}
 
 
-@pytest.mark.parametrize(("bad", "message"), [(explodes, "grader crashed"), (nan_score, "non-finite"),
-                                              (wrong_type, "returned str")])
-def test_a_failing_reward_is_counted_logged_and_never_a_silent_zero(bad: unirl.rewards.RewardFunction,
-                                                                    message: str) -> None:
-    rs = RewardSet([WeightedReward(math_answer, 1.0, {}), WeightedReward(bad, 1.0, {})])
-    scored = rs.score(unirl.Sample(prompt="1+1=", completion="2", reference="2"))
-    assert scored.scores == {"math_answer": 1.0, bad.name: None}
-    assert scored.total is None  # a sample with a failed reward has no total, not a partial one
-    assert message in scored.errors[bad.name]
-    assert rs.error_count == 1 and rs.calls == 2
-    assert scored.components == {"math_answer/has_answer": 1.0}
+def test_length_penalty_in_tokens_needs_a_token_count() -> None:
+    with pytest.raises(ValueError, match="use unit=chars"):
+        length_penalty(unirl.Sample(prompt="", completion="abc"))
+    too_long = unirl.Sample(prompt="", completion="a" * 10)
+    assert length_penalty(too_long, max_length=8, buffer=4, unit="chars").score == -1
 
 
-def test_components_keep_one_key_set_across_samples() -> None:
-    @unirl.reward("sometimes", components=("a", "b"))
-    def sometimes(sample: unirl.Sample) -> unirl.RewardResult:
-        comps = {"a": 1.0} if sample.completion == "x" else {"a": 0.0, "b": 1.0}
-        return unirl.RewardResult(1.0, comps)
-
-    rs = RewardSet([WeightedReward(sometimes, 2.0, {})])
-    first = rs.score(unirl.Sample(prompt="", completion="x"))
-    second = rs.score(unirl.Sample(prompt="", completion="y"))
-    assert set(first.components) == set(second.components) == {"sometimes/a", "sometimes/b"}
-    assert first.components["sometimes/b"] is None
-    assert second.total == 2.0
+def test_decorator_kinds_and_direct_calls() -> None:
+    assert fx.exact.kind == "sample" and fx.char_count.kind == "batched" and fx.awaits.kind == "async"
+    sample = unirl.Sample(prompt="", completion="abc", reference="abc")
+    assert fx.exact(sample).score == 1.0
+    assert fx.char_count(sample).score == 3.0
+    assert fx.awaits(sample, delay_s=0.0).score == 2.0
+    assert fx.exact.ref == "tests.reward_fixtures:exact"
 
 
-def test_undeclared_component_is_an_error_not_a_new_column() -> None:
-    @unirl.reward("drifts", components=("a",))
-    def drifts(sample: unirl.Sample) -> unirl.RewardResult:
-        return unirl.RewardResult(1.0, {"a": 1.0, "surprise": 1.0})
-
-    rs = RewardSet([WeightedReward(drifts, 1.0, {})])
-    scored = rs.score(unirl.Sample(prompt="", completion=""))
-    assert set(scored.components) == {"drifts/a"}
-    assert "surprise" in scored.errors["drifts"]
-
-
-def test_reward_kwargs_come_from_the_recipe() -> None:
-    @unirl.reward("scaled")
-    def scaled(sample: unirl.Sample, factor: float = 1.0) -> float:
-        return factor
-
-    rs = RewardSet([WeightedReward(scaled, 0.5, {"factor": 4.0})])
-    assert rs.score(unirl.Sample(prompt="", completion="")).total == 2.0
+def test_bad_results_are_errors_not_zeros() -> None:
+    sample = unirl.Sample(prompt="", completion="x")
+    with pytest.raises(ValueError, match="non-finite"):
+        fx.nan_score(sample)
+    with pytest.raises(TypeError, match="returned str"):
+        fx.wrong_type(sample)
+    with pytest.raises(ValueError, match="did not declare"):
+        fx.drifts(sample)
 
 
-def test_async_rewards_are_refused_with_a_clear_message() -> None:
-    with pytest.raises(unirl.errors.UnirlError, match="async rewards are not supported yet"):
-        @unirl.reward("later")
-        async def later(sample: unirl.Sample) -> float:
-            return 1.0
+def test_component_names_are_checked_when_declared() -> None:
+    with pytest.raises(unirl.errors.UnirlError, match="without '/'"):
+        unirl.reward("bad_components", components=("a/b",))
+
+
+def test_samples_round_trip_through_json() -> None:
+    sample = unirl.Sample(prompt="p", completion="c", reference="1", data_source="d", metadata={"k": [1]},
+                          prompt_messages=({"role": "user", "content": "p"},), truncated=True, completion_tokens=3)
+    assert unirl.Sample.from_dict(json.loads(json.dumps(sample.to_dict()))) == sample

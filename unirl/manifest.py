@@ -63,3 +63,20 @@ def build_manifest(*, framework: str, seed: int, reward_sources: dict[str, dict[
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(), **accelerator()},
         "argv": sys.argv,
     }
+
+
+def reward_sources(registry: Any, names: list[str]) -> dict[str, dict[str, str]]:
+    """Which plugin, module and package version each reward came from."""
+    sources = {}
+    for name in names:
+        entry = registry.entry(name)
+        fn = registry.get(name)
+        top = (fn.module or "").split(".")[0]
+        try:
+            dist = md.packages_distributions().get(top, [top])[0]
+            version = md.version(dist)
+        except (md.PackageNotFoundError, IndexError):
+            dist, version = top, "unknown"
+        sources[name] = {"plugin": entry.source, "module": fn.module, "distribution": dist, "version": version,
+                         "file": fn.file or ""}
+    return sources

@@ -142,13 +142,18 @@ def build_host(extra_plugins: list[Any] | None = None) -> Host:
     _fill(pm, "unirl_add_rollout_engines", host.rollout_engines)
     _fill(pm, "unirl_add_rewards", host.rewards)
     _fill(pm, "unirl_add_schedulers", host.schedulers)
+    add_decorated(host.rewards)
+    return host
+
+
+def add_decorated(registry: Registry[Any]) -> None:
+    """Add rewards defined with ``@unirl.reward`` that no hook registered (plugin modules, reward files)."""
     from unirl.rewards import drain_decorated
 
     for reward in drain_decorated():
-        if reward.name not in host.rewards:
-            host.rewards.current_source = reward.module
-            host.rewards.add(reward)
-    return host
+        if reward.name not in registry:
+            registry.current_source = reward.module
+            registry.add(reward)
 
 
 @cache

@@ -1,9 +1,10 @@
 """``unirl reward test NAME [NAME ...] --samples FILE.jsonl [--json]``: score samples before a GPU hour is spent.
 
 Each line of the samples file is one object with ``completion`` (required) and optionally ``prompt``,
-``reference``, ``data_source``, ``metadata``, ``truncated``. Rewards run through the same RewardSet the
-backends use, so a failure shows here exactly as it would be counted and logged in a run. The exit code
-is 1 when any reward call failed, so the command can guard a CI job.
+``reference``, ``data_source``, ``metadata``, ``prompt_messages``, ``truncated``, ``completion_tokens``.
+Rewards run through the same executor the backends use (worker processes, per-call timeout), so a
+failure or a hang shows here exactly as it would be counted and logged in a run. The exit code is 1 when
+any reward call failed, so the command can guard a CI job.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from unirl.errors import FieldError, UnirlError
-from unirl.rewards import RewardSet, Sample, WeightedReward
+from unirl.reward_executor import RewardExecutor
+from unirl.reward_spec import RewardPolicy, RewardRuntimeSpec, entry_for
+from unirl.rewards import Sample
 
-SAMPLE_FIELDS = ("prompt", "completion", "reference", "data_source", "metadata", "truncated")
+SAMPLE_FIELDS = ("prompt", "completion", "reference", "data_source", "metadata", "prompt_messages", "truncated",
+                 "completion_tokens")
 
 
 def read_samples(path: Path) -> list[Sample]:
@@ -36,11 +40,7 @@ def read_samples(path: Path) -> list[Sample]:
         if unknown:
             raise FieldError("--samples", f"{path}:{lineno}", f"unknown fields {sorted(unknown)}; allowed: "
                              f"{list(SAMPLE_FIELDS)}")
-        reference = row.get("reference")
-        samples.append(Sample(prompt=str(row.get("prompt", "")), completion=str(row["completion"]),
-                              reference=None if reference is None else str(reference),
-                              data_source=str(row.get("data_source", "")), metadata=row.get("metadata") or {},
-                              truncated=bool(row.get("truncated", False))))
+        samples.append(Sample.from_dict(row))
     return samples
 
 
@@ -51,6 +51,9 @@ def main(argv: list[str], host: Any) -> int:
     parser.add_argument("--kwargs", default="{}", help='JSON object of keyword arguments per reward, e.g. '
                         '\'{"numeric_closeness": {"scale": 5}}\'')
     parser.add_argument("--json", action="store_true", help="one JSON object per sample on stdout")
+    parser.add_argument("--timeout", type=float, default=RewardPolicy.timeout_s, help="seconds per reward call")
+    parser.add_argument("--workers", type=int, default=RewardPolicy.workers,
+                        help="worker processes (0: score in this process, no timeout)")
     ns = parser.parse_args(argv)
     try:
         kwargs = json.loads(ns.kwargs)
@@ -58,21 +61,25 @@ def main(argv: list[str], host: Any) -> int:
         raise FieldError("--kwargs", ns.kwargs, f"must be a JSON object ({exc.msg})") from exc
     if not isinstance(kwargs, dict) or set(kwargs) - set(ns.names):
         raise FieldError("--kwargs", ns.kwargs, f"must map reward names among {ns.names} to objects")
-    rewards = RewardSet([WeightedReward(host.rewards.get(n), 1.0, dict(kwargs.get(n, {}))) for n in ns.names])
+    spec = RewardRuntimeSpec(tuple(entry_for(host.rewards.get(n), 1.0, kwargs.get(n)) for n in ns.names),
+                             RewardPolicy(timeout_s=ns.timeout, workers=ns.workers))
+    spec.check()
     samples = read_samples(ns.samples)
     if not samples:
         raise UnirlError(f"--samples {ns.samples}: no samples in the file")
+    with RewardExecutor(spec) as executor:
+        scored_all = executor.score(samples)
     rows = []
-    for i, sample in enumerate(samples):
-        scored = rewards.score(sample)
+    for i, (sample, scored) in enumerate(zip(samples, scored_all, strict=True)):
         rows.append({"index": i, "completion": sample.completion, "reference": sample.reference, "total": scored.total,
-                     "scores": scored.scores, "components": scored.components, "errors": scored.errors})
+                     "scores": scored.scores, "components": scored.components, "errors": scored.errors,
+                     "info": scored.info})
     if ns.json:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
     else:
         _print_table(rows, ns.names)
-    return 1 if rewards.error_count else 0
+    return 1 if any(r["errors"] for r in rows) else 0
 
 
 def _print_table(rows: list[dict[str, Any]], names: list[str]) -> None:

@@ -3,26 +3,36 @@
 ```python
 import unirl
 
-@unirl.reward("boxed_math")
+@unirl.reward("boxed_math", components=("has_answer",))
 def boxed_math(sample: unirl.Sample) -> unirl.RewardResult | float:
     ...
+
+@unirl.reward("judge", batched=True)          # one call per batch of samples
+def judge(samples: list[unirl.Sample]) -> list[float]: ...
+
+@unirl.reward("api_judge")                    # async rewards are awaited concurrently
+async def api_judge(sample: unirl.Sample) -> float: ...
 ```
 
-A reward returns a float or a :class:`RewardResult` with named ``components``. The set of
-components is fixed per reward (declared or learned from its first result), so every record of a
-run carries the same keys on every backend.
+A reward returns a float or a :class:`RewardResult`. Its named ``components`` are declared in the
+decorator: the component set is fixed per recipe, so every sample carries the same keys on every
+backend (verl KeyErrors or silently drops keys that differ between samples). Registration: this
+decorator (in an installed package's entry point ``unirl``, a ``unirlfile.py``, or a file named in
+the recipe's ``rewards[].file``) or the ``unirl_add_rewards`` hook.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
-import traceback
+import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from unirl.errors import UnirlError
+
+RewardKind = Literal["sample", "batched", "async"]
 
 
 @dataclass(frozen=True)
@@ -30,17 +40,44 @@ class Sample:
     """One completion to score, in backend-neutral terms."""
 
     prompt: str
+    """The prompt as text (after the chat template, when the backend applied one)."""
     completion: str
+    """The generated text, without the end-of-sequence token."""
     reference: str | None = None
+    """The reference answer (ground truth), when the data has one."""
     data_source: str = ""
+    """Which dataset the prompt came from (verl routes built-in scorers by it)."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    messages: tuple[Mapping[str, str], ...] = ()  # the prompt as chat messages, when it was chat
-    truncated: bool = False  # generation hit the token limit instead of ending on its own
+    """Free-form per-row data from the dataset (tests for code, ids, difficulty...)."""
+    prompt_messages: tuple[Mapping[str, str], ...] = ()
+    """The prompt as chat messages, when it was chat."""
+    truncated: bool = False
+    """Generation hit the token limit instead of ending on its own."""
+    completion_tokens: int | None = None
+    """Length of the completion in tokens, when the backend knows it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["metadata"] = dict(self.metadata)
+        row["prompt_messages"] = [dict(m) for m in self.prompt_messages]
+        return row
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any]) -> Sample:
+        reference = row.get("reference")
+        tokens = row.get("completion_tokens")
+        return cls(
+            prompt=str(row.get("prompt", "")), completion=str(row.get("completion", "")),
+            reference=None if reference is None else str(reference), data_source=str(row.get("data_source") or ""),
+            metadata=dict(row.get("metadata") or {}),
+            prompt_messages=tuple(dict(m) for m in row.get("prompt_messages") or ()),
+            truncated=bool(row.get("truncated", False)), completion_tokens=None if tokens is None else int(tokens),
+        )
 
 
 @dataclass
 class RewardResult:
-    """A score plus named components (format, correctness, ...) and free-form info."""
+    """A score plus named components (format, correctness, ...) and free-form info for the trajectory log."""
 
     score: float
     components: dict[str, float] = field(default_factory=dict)
@@ -52,32 +89,59 @@ class RewardFunction:
     """A registered reward: the author's function plus its name and metadata."""
 
     name: str
-    fn: Callable[..., RewardResult | float]
+    fn: Callable[..., Any]
     components: tuple[str, ...] = ()
+    kind: RewardKind = "sample"
     description: str = ""
     module: str = ""
+    qualname: str = ""
+    file: str | None = None  # the defining file, for rewards whose module is not importable by name
+
+    @property
+    def ref(self) -> str:
+        """Where a worker process or a backend finds this reward again: ``module:qualname``."""
+        return f"{self.module}:{self.qualname}"
 
     def __call__(self, sample: Sample, **kwargs: Any) -> RewardResult:
-        return as_result(self.fn(sample, **kwargs), self.name)
+        """Score one sample in this thread (no timeout, no isolation): for tests and notebooks."""
+        if self.kind == "batched":
+            return check_result(self.fn([sample], **kwargs)[0], self)
+        if self.kind == "async":
+            import asyncio
+
+            return check_result(asyncio.run(self.fn(sample, **kwargs)), self)
+        return check_result(self.fn(sample, **kwargs), self)
 
 
 _DECORATED: dict[str, RewardFunction] = {}
 
 
 def reward(
-    name: str | None = None, *, components: tuple[str, ...] = ()
+    name: str | None = None, *, components: tuple[str, ...] = (), batched: bool = False
 ) -> Callable[[Callable[..., Any]], RewardFunction]:
-    """Register a reward function of one :class:`Sample` (extra keyword arguments come from the recipe)."""
+    """Register a reward function.
+
+    ``fn(sample, **kwargs)`` by default; ``fn(samples, **kwargs) -> list`` with ``batched=True``; an
+    ``async def`` is awaited (many samples concurrently). Extra keyword arguments come from the recipe.
+    """
+    for comp in components:
+        if not isinstance(comp, str) or not comp or "/" in comp:
+            raise UnirlError(f"reward {name!r}: component names must be non-empty strings without '/', got {comp!r}")
 
     def decorate(fn: Callable[..., Any]) -> RewardFunction:
-        if inspect.iscoroutinefunction(fn):
-            raise UnirlError(f"reward {fn.__name__!r}: async rewards are not supported yet; write a plain def")
+        is_async = inspect.iscoroutinefunction(fn)
+        if is_async and batched:
+            raise UnirlError(f"reward {fn.__name__!r}: an async reward is already concurrent; drop batched=True")
+        module = sys.modules.get(fn.__module__)
         rf = RewardFunction(
             name=name or fn.__name__,
             fn=fn,
             components=tuple(components),
+            kind="async" if is_async else "batched" if batched else "sample",
             description=(inspect.getdoc(fn) or "").split("\n")[0],
             module=fn.__module__,
+            qualname=fn.__qualname__,
+            file=getattr(module, "__file__", None),
         )
         _DECORATED[rf.name] = rf
         return rf
@@ -90,117 +154,23 @@ def drain_decorated() -> list[RewardFunction]:
     return list(_DECORATED.values())
 
 
-def as_result(value: Any, name: str) -> RewardResult:
-    """Normalise what a reward returned; a wrong type or a non-finite score is an error, not a zero."""
+def check_result(value: Any, rf: RewardFunction) -> RewardResult:
+    """Normalise what a reward returned; a wrong type, a non-finite number or an undeclared component is an error."""
     if isinstance(value, RewardResult):
         result = value
     elif isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"reward {name!r} returned {type(value).__name__}; expected float or RewardResult")
+        raise TypeError(f"reward {rf.name!r} returned {type(value).__name__}; expected float or RewardResult")
     else:
         result = RewardResult(float(value))
-    if not math.isfinite(result.score):
-        raise ValueError(f"reward {name!r} returned a non-finite score {result.score!r}")
+    if isinstance(result.score, bool) or not isinstance(result.score, int | float) or not math.isfinite(result.score):
+        raise ValueError(f"reward {rf.name!r} returned a non-finite or non-numeric score {result.score!r}")
+    undeclared = sorted(set(result.components) - set(rf.components))
+    if undeclared:
+        raise ValueError(
+            f"reward {rf.name!r} returned components {undeclared} it did not declare (declared: {list(rf.components)});"
+            f" declare them with @unirl.reward({rf.name!r}, components=(...)) so every sample carries the same keys")
     for key, comp in result.components.items():
-        if not isinstance(comp, int | float) or not math.isfinite(comp):
-            raise ValueError(f"reward {name!r} component {key!r} is {comp!r}; expected a finite number")
+        numeric = isinstance(comp, int | float) and not isinstance(comp, bool)
+        if comp is not None and (not numeric or not math.isfinite(comp)):
+            raise ValueError(f"reward {rf.name!r} component {key!r} is {comp!r}; expected a finite number")
     return result
-
-
-@dataclass
-class ScoredSample:
-    """Every reward's score and components for one sample, plus the weighted total."""
-
-    scores: dict[str, float | None]
-    components: dict[str, float | None]
-    total: float | None
-    errors: dict[str, str]
-
-
-@dataclass
-class WeightedReward:
-    fn: RewardFunction
-    weight: float
-    kwargs: dict[str, Any]
-
-
-class RewardSet:
-    """The recipe's rewards with weights and arguments; scores samples with a fixed key set.
-
-    Component keys are ``<reward>/<component>``; a failing reward yields ``None`` for its score and
-    components (never a silent zero), its traceback in ``errors`` and one count in ``error_count``.
-    """
-
-    def __init__(self, rewards: list[WeightedReward]) -> None:
-        self.rewards = rewards
-        self.calls = 0
-        self.error_count = 0
-        self._component_names: dict[str, tuple[str, ...]] = {
-            w.fn.name: tuple(w.fn.components) for w in rewards if w.fn.components
-        }
-
-    @property
-    def names(self) -> list[str]:
-        return [w.fn.name for w in self.rewards]
-
-    def score(self, sample: Sample) -> ScoredSample:
-        scores: dict[str, float | None] = {}
-        components: dict[str, float | None] = {}
-        errors: dict[str, str] = {}
-        for w in self.rewards:
-            name = w.fn.name
-            self.calls += 1
-            try:
-                value = w.fn.fn(sample, **w.kwargs)
-                if type(value) is float and math.isfinite(value):  # the common case, without a RewardResult
-                    scores[name] = value
-                    for c in self._component_names.get(name, ()):
-                        components[f"{name}/{c}"] = None  # a plain float carries no components
-                    continue
-                result = as_result(value, name)
-            except Exception as exc:  # the author's code: any failure is counted and logged
-                self.error_count += 1
-                errors[name] = "".join(traceback.format_exception(exc)).strip()
-                scores[name] = None
-                for c in self._component_names.get(name, ()):
-                    components[f"{name}/{c}"] = None
-                continue
-            scores[name] = result.score
-            known = self._component_names.setdefault(name, tuple(sorted(result.components)))
-            extra = sorted(result.components.keys() - set(known)) if result.components else []
-            if extra:
-                self.error_count += 1
-                errors[name] = f"reward {name!r} returned components {extra} not in its set {list(known)}"
-            for c in known:
-                value = result.components.get(c)
-                components[f"{name}/{c}"] = None if value is None else float(value)
-        total: float | None = 0.0
-        for w in self.rewards:
-            score = scores[w.fn.name]
-            if score is None:
-                total = None  # a sample with a failed reward has no total, not a partial one
-                break
-            total += w.weight * score
-        return ScoredSample(scores, components, total, errors)
-
-
-def build_reward_set(registry: Any, specs: list[Any]) -> RewardSet:
-    """The recipe's ``rewards`` (name, weight, kwargs) resolved through the host's reward registry."""
-    return RewardSet([WeightedReward(registry.get(s.name), float(s.weight), dict(s.kwargs)) for s in specs])
-
-
-def reward_sources(registry: Any, names: list[str]) -> dict[str, dict[str, str]]:
-    """For the manifest: which plugin and package version each reward came from."""
-    import importlib.metadata as md
-
-    sources = {}
-    for name in names:
-        entry = registry.entry(name)
-        fn = registry.get(name)
-        top = (fn.module or "").split(".")[0]
-        try:
-            dist = md.packages_distributions().get(top, [top])[0]
-            version = md.version(dist)
-        except (md.PackageNotFoundError, IndexError):
-            dist, version = top, "unknown"
-        sources[name] = {"plugin": entry.source, "module": fn.module, "distribution": dist, "version": version}
-    return sources

@@ -2,12 +2,16 @@
 
 Accepted answer forms, in order of precedence: the last ``\\boxed{...}``, a ``#### x`` line (GSM8K),
 otherwise the last number in the text. Numbers compare as exact fractions, so ``0.5``, ``1/2`` and
-``\\frac{1}{2}`` are equal; anything else compares as whitespace-normalised text.
+``\\frac{1}{2}`` are equal; anything else compares as whitespace-normalised text. With
+``verifier: math_verify`` (kwargs), expressions are compared symbolically by math-verify instead
+(``pip install math-verify``); its SIGALRM timeouts are switched off, because they fail off the main
+thread (verl scored every sample 0 that way) and unirl's executor kills an overrunning call instead.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from fractions import Fraction
 
@@ -66,13 +70,36 @@ def answers_match(predicted: str, reference: str) -> bool:
     return " ".join(predicted.split()) == " ".join(reference.split())
 
 
+def math_verify_match(completion: str, reference: str) -> tuple[bool, str | None]:
+    """Symbolic comparison by math-verify, without its signal-based timeouts (see the module docstring)."""
+    try:
+        from math_verify import parse, verify
+    except ImportError as exc:
+        raise RuntimeError("math_answer(verifier=math_verify) needs math-verify: pip install math-verify") from exc
+    # It warns that timeouts are off; that is deliberate here (the executor enforces them), not the user's concern.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    gold = parse(reference if "\\boxed" in reference or "$" in reference else f"${reference}$", parsing_timeout=None)
+    predicted = parse(completion, parsing_timeout=None)
+    if not predicted:
+        return False, None
+    return bool(verify(gold, predicted, timeout_seconds=None)), str(predicted[-1])
+
+
+VERIFIERS = ("builtin", "math_verify")
+
+
 @unirl.reward("math_answer", components=("has_answer",))
-def math_answer(sample: unirl.Sample) -> unirl.RewardResult:
+def math_answer(sample: unirl.Sample, verifier: str = "builtin") -> unirl.RewardResult:
     """1.0 when the completion's final answer equals the reference (boxed, ####, or last number)."""
     if sample.reference is None:
         raise ValueError("math_answer needs a reference answer (data.answer_key)")
-    predicted = extract_answer(sample.completion)
-    correct = predicted is not None and answers_match(predicted, str(sample.reference))
+    if verifier == "math_verify":
+        correct, predicted = math_verify_match(sample.completion, str(sample.reference))
+    elif verifier == "builtin":
+        predicted = extract_answer(sample.completion)
+        correct = predicted is not None and answers_match(predicted, str(sample.reference))
+    else:
+        raise ValueError(f"math_answer: verifier={verifier!r}; allowed: {list(VERIFIERS)}")
     return unirl.RewardResult(
         score=1.0 if correct else 0.0,
         components={"has_answer": 0.0 if predicted is None else 1.0},

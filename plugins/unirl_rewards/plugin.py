@@ -11,3 +11,6 @@ def unirl_add_rewards(registry: Registry) -> None:
     registry.add("unirl_rewards.math_answer:math_answer", name="math_answer")
     registry.add("unirl_rewards.math_answer:numeric_closeness", name="numeric_closeness")
     registry.add("unirl_rewards.formats:bare_number", name="bare_number")
+    registry.add("unirl_rewards.formats:format_match", name="format")
+    registry.add("unirl_rewards.formats:length_penalty", name="length_penalty")
+    registry.add("unirl_rewards.code_exec:code_tests", name="code_tests")

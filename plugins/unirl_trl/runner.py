@@ -15,16 +15,18 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from unirl.adapters.trl import TrlRewardAdapter, finite_mean, text_of
 from unirl.data import fingerprint, limit, load_rows, render_prompt
 from unirl.errors import UnirlError
-from unirl.manifest import build_manifest
+from unirl.manifest import build_manifest, reward_sources
 from unirl.plan import LaunchPlan
 from unirl.plugins import Host, get_host
 from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe, split_source
-from unirl.rewards import RewardSet, Sample, build_reward_set, reward_sources
+from unirl.reward_executor import RewardExecutor
+from unirl.reward_spec import spec_from_recipe
+from unirl.rewards import Sample
 from unirl.run import MANIFEST, NATIVE_CONFIG, PLAN, RunInfo, write_json
 from unirl_trl.framework import BUILTIN_SUPPRESS, launch_args
-from unirl_trl.reward_adapter import TrlRewardAdapter, finite_mean, text_of
 
 # TRL log keys -> unirl's metric names (the same names on every backend).
 METRIC_NAMES = {
@@ -85,7 +87,7 @@ def prepare_rows(rows: list[dict[str, Any]], data: DataConfig, tok: Any, source:
     return out
 
 
-def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, rewards: RewardSet,
+def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, rewards: RewardExecutor,
              suppress: list[int] | None, batch_size: int = 64) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Held-out evaluation: one completion per prompt (greedy by default), scored by the recipe's rewards."""
     import torch
@@ -108,18 +110,20 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
                     temperature=None if recipe.eval.greedy else recipe.algorithm.temperature,
                     top_p=None if recipe.eval.greedy else recipe.algorithm.top_p, top_k=None,
                     suppress_tokens=suppress, pad_token_id=tok.pad_token_id, eos_token_id=sorted(stop_ids))
+            samples = []
             for row, ids in zip(chunk, out[:, enc["input_ids"].shape[1]:].tolist(), strict=True):
                 finished = any(t in stop_ids for t in ids)
                 if finished:
                     ids = ids[:next(i for i, t in enumerate(ids) if t in stop_ids)]
                 completion = tok.decode(ids, skip_special_tokens=True)
-                sample = Sample(prompt=text_of(row["prompt"]), completion=completion, reference=row["reference"],
-                                data_source=row["data_source"], truncated=not finished)
-                scored = rewards.score(sample)
+                samples.append(Sample(prompt=text_of(row["prompt"]), completion=completion, reference=row["reference"],
+                                      data_source=row["data_source"], truncated=not finished,
+                                      completion_tokens=len(ids)))
+            for sample, scored in zip(samples, rewards.score(samples), strict=True):
                 solved = (scored.scores.get(accuracy_reward) or 0.0) >= recipe.eval.accuracy_threshold
-                records.append({"prompt": sample.prompt, "completion": completion, "reference": row["reference"],
-                                "solved": solved, "total": scored.total, "scores": scored.scores,
-                                "components": scored.components, "errors": scored.errors})
+                records.append({"prompt": sample.prompt, "completion": sample.completion,
+                                "reference": sample.reference, "solved": solved, "total": scored.total,
+                                "scores": scored.scores, "components": scored.components, "errors": scored.errors})
     finally:
         tok.padding_side = padding_side
         model.train(was_training)
@@ -163,7 +167,9 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     args = launch_args(plan)
     write_json(run_dir / PLAN, plan.to_dict())
     write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
-    rewards = build_reward_set(host.rewards, recipe.rewards)
+    spec = spec_from_recipe(recipe, host.rewards)
+    spec.check(plan.framework)
+    rewards = RewardExecutor(spec)
     summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
                                "seed": recipe.seed, "state": "failed"}
     try:
@@ -175,14 +181,16 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
         summary["error"] = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        summary["reward_errors"] = rewards.error_count
-        summary["reward_calls"] = rewards.calls
+        rewards.close()
+        summary["reward_errors"] = rewards.stats.errors
+        summary["reward_calls"] = rewards.stats.calls
+        summary["reward_errors_by_kind"] = dict(rewards.stats.by_kind)
         summary["wall_time_s"] = time.monotonic() - t_start
         hooks.unirl_run_end(run=info, summary=summary)
     return summary
 
 
-def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardSet, info: RunInfo, host: Host, t_start: float,
+def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: RunInfo, host: Host, t_start: float,
            summary: dict[str, Any]) -> None:
     """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails)."""
     import torch
@@ -202,7 +210,7 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardSet, info: RunIn
                          recipe.data.eval_rows, recipe.seed)
         eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval)
     write_json(run_dir / MANIFEST, build_manifest(
-        framework=info.framework, seed=recipe.seed, reward_sources=reward_sources(host.rewards, rewards.names),
+        framework=info.framework, seed=recipe.seed, reward_sources=reward_sources(host.rewards, rewards.spec.names),
         model=model_info, project_dir=Path.cwd(),
         data={"train": recipe.data.train, "train_rows": len(train_rows), "train_sha256": fingerprint(train_rows),
               "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)}))
@@ -239,8 +247,7 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardSet, info: RunIn
     if eval_rows and recipe.eval.before_training:
         summary["accuracy_before"] = run_eval(0)["accuracy"]
     adapter = TrlRewardAdapter(
-        rewards, eos_ids=eos_ids(model, tok), on_error=recipe.reward_policy.on_error,
-        max_error_rate=recipe.reward_policy.max_error_rate, mini_batches=mini,
+        rewards, eos_ids=eos_ids(model, tok), mini_batches=mini,
         on_scored=lambda step, records: hooks.unirl_rollouts_scored(run=info, step=step, records=records))
     trainer = GRPOTrainer(
         model=model, reward_funcs=adapter.reward_funcs(),

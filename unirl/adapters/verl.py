@@ -1,0 +1,43 @@
+"""verl's custom reward contract, fed by the run's reward specification.
+
+verl (0.9.x) loads this FILE through ``reward.custom_reward_function.path`` (name ``compute_score``) and
+calls, by keyword, ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=, **kw)``
+(verl/experimental/reward_loop/reward_manager/naive.py:34-99). The ``reward_kwargs`` verl merges into
+every call carry ``unirl_spec``, the path of the run's spec, so nothing has to reach verl's Ray reward
+workers through their environment. The returned dict always has the same keys (``score``, each reward,
+each ``<reward>/<component>``, ``unirl/reward_errors``): verl takes the key list from the first sample
+and KeyErrors or silently drops keys that differ (verl/experimental/reward_loop/reward_loop.py:365-369).
+A failed call is NaN in its own key, counted in ``unirl/reward_errors``, and ``score`` follows the
+recipe's policy (fallback or abort: verl needs a number for every sample).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from unirl.adapters.common import runtime_for
+from unirl.rewards import Sample
+
+# Keys verl's reward-loop manager adds to extra_info before the call (naive.py:44-52): not the user's data.
+VERL_ADDED_KEYS = frozenset({"num_turns", "rollout_reward_scores", "tool_extra_fields"})
+# Written by unirl's verl data exporter beside the user's metadata: verl passes no prompt to compute_score.
+PROMPT_KEY = "unirl_prompt"
+
+
+def sample_from_verl(data_source: str, solution_str: str, ground_truth: Any,
+                     extra_info: Mapping[str, Any] | None) -> Sample:
+    extra = dict(extra_info or {})
+    prompt = extra.pop(PROMPT_KEY, "")
+    metadata = {k: v for k, v in extra.items() if k not in VERL_ADDED_KEYS}
+    return Sample(prompt=str(prompt), completion=solution_str,
+                  reference=None if ground_truth is None else str(ground_truth),
+                  data_source=str(data_source or ""), metadata=metadata)
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                  unirl_spec: str | None = None, **_: Any) -> dict[str, float]:
+    """Score one verl sample with every unirl reward of the run; raises only when the policy aborts the run."""
+    runtime = runtime_for("verl", unirl_spec)
+    scored = runtime.score([sample_from_verl(data_source, solution_str, ground_truth, extra_info)])[0]
+    return runtime.row(scored)
