@@ -32,19 +32,26 @@ def verl_samples(path: Path) -> Path:
     return path
 
 
-def score_through_verl(tmp_path: Path, spec: RewardRuntimeSpec, *extra: str) -> tuple[int, dict, str]:
+def score_through_verl(tmp_path: Path, spec: RewardRuntimeSpec, *extra: str,
+                       reward_path: str = unirl.adapters.verl.__file__) -> tuple[int, dict, str]:
     spec_path = spec.write(tmp_path / "reward_spec.json")
     out = tmp_path / "out.json"
-    result = run_harness("verl", "--reward-file", unirl.adapters.verl.__file__, "--samples",
+    result = run_harness("verl", "--reward-file", reward_path, "--samples",
                          str(verl_samples(tmp_path / "samples.jsonl")), "--out", str(out),
                          "--reward-kwargs", json.dumps({"unirl_spec": str(spec_path)}), *extra)
     return result.returncode, json.loads(out.read_text()) if out.exists() else {}, result.stderr
 
 
-@pytest.mark.parametrize("how", [("--mode", "single"), ("--mode", "batch"), ("--mode", "batch", "--layout", "stream")],
-                         ids=["run_single", "worker_batch", "streamed"])
-def test_verl_reward_manager_scores_like_every_adapter(tmp_path: Path, how: tuple[str, ...]) -> None:
-    code, out, stderr = score_through_verl(tmp_path, parity_spec(tmp_path / "trajectories.jsonl"), *how)
+@pytest.mark.parametrize(("how", "reward_path"), [
+    (("--mode", "single"), unirl.adapters.verl.__file__),
+    (("--mode", "batch"), unirl.adapters.verl.__file__),
+    (("--mode", "batch", "--layout", "stream"), unirl.adapters.verl.__file__),
+    # verl also imports a module by name (verl/utils/import_utils.py:170-172), which keeps it in sys.modules
+    (("--mode", "batch"), "pkg://unirl.adapters.verl"),
+], ids=["run_single", "worker_batch", "streamed", "by_module_name"])
+def test_verl_reward_manager_scores_like_every_adapter(tmp_path: Path, how: tuple[str, ...], reward_path: str) -> None:
+    code, out, stderr = score_through_verl(tmp_path, parity_spec(tmp_path / "trajectories.jsonl"), *how,
+                                           reward_path=reward_path)
     assert code == 0, stderr[-3000:]
     expected = expected_rows(parity_spec())
     for i, (result, want) in enumerate(zip(out["results"], expected, strict=True)):

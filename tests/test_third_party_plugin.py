@@ -36,6 +36,7 @@ def test_installed_package_is_listed_with_its_distribution_and_version(site: str
     assert rows["reward_example"]["hooks"] == ["unirl_add_rewards"]
     rewards = {r["name"]: r for r in json.loads(run_cli("rewards", "--json", env=with_site(site)).stdout)}
     assert rewards["brevity"]["plugin"] == "reward_example"
+    assert (rewards["brevity"]["distribution"], rewards["brevity"]["version"]) == ("unirl-reward-example", "0.2.0")
     assert rewards["brevity"]["components"] == ["chars"]
 
 

@@ -166,3 +166,33 @@ def test_a_backend_in_another_interpreter_runs_as_a_child_process(isolated: Path
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["argv"][0].endswith("unirl_trl/runner.py")  # it ran in the child, not in unirl's process
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"
+
+
+def test_a_reward_file_named_in_the_recipe_trains_and_a_hung_call_times_out(isolated: Path) -> None:
+    (isolated / "my_rewards.py").write_text(
+        "import unirl\n\n"
+        "@unirl.reward('shape', components=('digits', 'chars'))\n"
+        "def shape(sample):\n"
+        "    if '3' in sample.completion:\n"
+        "        while True:  # a grader stuck in a loop: only killing its process stops it\n"
+        "            pass\n"
+        "    digits = sum(c.isdigit() for c in sample.completion)\n"
+        "    return unirl.RewardResult(float(digits == 1), {'digits': float(digits),\n"
+        "                              'chars': float(len(sample.completion))})\n")
+    out = run_cli("rewards=[{name:math_answer},{name:shape,weight:0.5,file:./my_rewards.py}]",
+                  "reward_policy.timeout_s=1", "reward_policy.max_error_rate=1.0", "algorithm.steps=3",
+                  "algorithm.prompts_per_step=4", "algorithm.samples_per_prompt=4", "eval.before_training=false",
+                  "logging.progress=false", cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    trajectories = read_jsonl(run_dir / "trajectories.jsonl")
+    assert {tuple(t["components"]) for t in trajectories} == {("math_answer/has_answer", "shape/digits", "shape/chars")}
+    hung = [t for t in trajectories if t["errors"]]
+    assert hung and all("3" in t["completion"] for t in hung), "the random policy (seed 0) writes some 3s"
+    assert all(t["error_kinds"] == {"shape": "timeout"} and "within 1 s" in t["errors"]["shape"] for t in hung)
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert all("reward/shape/digits" in m and "reward/shape/chars" in m for m in metrics)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reward_errors_by_kind"] == {"timeout": len(hung)}
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["rewards"]["shape"]["file"] == str(isolated / "my_rewards.py")

@@ -14,6 +14,7 @@ from typing import Any
 
 from unirl.embedded.tiny_model import SHAPES
 from unirl.errors import FieldError, RecipeInvalid
+from unirl.reward_spec import RewardPolicy
 
 BUILTIN_PREFIX = "builtin:"
 HUB_PREFIX = "hf:"
@@ -120,22 +121,6 @@ class RewardSpec:
 
 
 @dataclass
-class RewardPolicyConfig:
-    on_error: str = "exclude"
-    """What a sample with a failed reward call scores: exclude (no reward, TRL only), fallback
-    (``fallback_score``), or abort the run. Failures are counted and logged in every case."""
-    fallback_score: float = 0.0
-    """The score a failed reward call gets under ``on_error=fallback``."""
-    max_error_rate: float = 0.05
-    """Abort the run when more than this fraction of reward calls so far failed (checked after 100 calls)."""
-    timeout_s: float = 30.0
-    """Per reward call, in seconds; an overrunning call's worker process is killed and the call counted failed."""
-    workers: int = 2
-    """Reward worker processes scoring in parallel; 0 scores in the trainer's thread (then only async rewards
-    can time out)."""
-
-
-@dataclass
 class RolloutConfig:
     engine: str = "hf"
     """Generation engine: hf (transformers generate), vllm, sglang."""
@@ -205,7 +190,7 @@ class Recipe:
     data: DataConfig = field(default_factory=DataConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec()])
-    reward_policy: RewardPolicyConfig = field(default_factory=RewardPolicyConfig)
+    reward_policy: RewardPolicy = field(default_factory=RewardPolicy)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -235,7 +220,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algorithm.kl_estimator": ("k1", "k2", "k3", "low_var_kl"),
     "algorithm.loss_aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
     "algorithm.advantage_norm": ("group", "batch", "none"),
-    "reward_policy.on_error": ("exclude", "fallback", "abort"),
     "rollout.engine": ("hf", "vllm", "sglang"),
     "resources.device": ("auto", "cpu", "cuda"),
 }
@@ -347,14 +331,7 @@ def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str
                                    "must be in (0, 1]"))
     if recipe.resources.cpu_threads is not None and recipe.resources.cpu_threads < 1:
         problems.append(FieldError("resources.cpu_threads", recipe.resources.cpu_threads, "must be >= 1, or null"))
-    if not 0 <= recipe.reward_policy.max_error_rate <= 1:
-        problems.append(FieldError("reward_policy.max_error_rate", recipe.reward_policy.max_error_rate,
-                                   "must be in [0, 1]"))
-    if not recipe.reward_policy.timeout_s > 0:
-        problems.append(FieldError("reward_policy.timeout_s", recipe.reward_policy.timeout_s, "must be > 0 seconds"))
-    if recipe.reward_policy.workers < 0:
-        problems.append(FieldError("reward_policy.workers", recipe.reward_policy.workers,
-                                   "must be >= 0 (0 scores in the trainer's thread)"))
+    problems += recipe.reward_policy.problems()
 
     # Batch arithmetic: completions per step split into mini-batches, each into per-device micro-batches.
     if a.prompts_per_step >= 1 and a.samples_per_prompt >= 2 and a.mini_batches_per_step >= 1:

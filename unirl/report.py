@@ -116,14 +116,17 @@ def print_rewards(host: Any, as_json: bool) -> None:
     rows = []
     for entry in host.rewards:
         fn = host.rewards.get(entry.name)
-        rows.append({"name": entry.name, "plugin": entry.source, "module": fn.module,
-                     "components": list(fn.components), "description": fn.description})
+        dist, version = host.distributions.get(entry.source, ("local", "-"))
+        rows.append({"name": entry.name, "plugin": entry.source, "distribution": dist, "version": version,
+                     "module": fn.module, "kind": fn.kind, "components": list(fn.components),
+                     "description": fn.description})
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     from rich.table import Table
 
-    table = Table("reward", "plugin", "module", "components", "description")
+    table = Table("reward", "source (plugin, package version)", "module", "kind", "components", "description")
     for r in rows:
-        table.add_row(r["name"], r["plugin"], r["module"], ", ".join(r["components"]), r["description"])
+        table.add_row(r["name"], f"{r['plugin']} ({r['distribution']} {r['version']})", r["module"], r["kind"],
+                      ", ".join(r["components"]), r["description"])
     console().print(table)

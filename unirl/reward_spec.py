@@ -33,24 +33,45 @@ class RewardEntry:
     kind: str = "sample"
 
 
-@dataclass(frozen=True)
+@dataclass
 class RewardPolicy:
+    """How reward calls run and what a failure costs: the recipe's ``reward_policy`` group."""
+
     on_error: str = "exclude"
-    """exclude (no reward for that sample), fallback (fallback_score, counted), abort."""
+    """What a sample with a failed reward call scores: exclude (no reward, TRL only), fallback
+    (``fallback_score``), or abort the run. Failures are counted and logged in every case."""
     fallback_score: float = 0.0
+    """The score a failed reward call gets under ``on_error=fallback``."""
     max_error_rate: float = 0.05
-    """Abort once more than this fraction of reward calls failed (checked from min_calls on)."""
+    """Abort the run when more than this fraction of reward calls so far failed (checked from min_calls on)."""
     min_calls: int = 100
+    """Reward calls before max_error_rate is checked, so one early failure does not abort."""
     timeout_s: float = 30.0
-    """Per reward call; a hung call is killed with its worker process (no SIGALRM)."""
+    """Per reward call, in seconds; an overrunning call's worker process is killed and the call counted failed."""
     workers: int = 2
-    """Worker processes scoring in parallel; 0 scores in the calling thread (no timeout for sync rewards)."""
+    """Reward worker processes scoring in parallel; 0 scores in the trainer's thread (then only async rewards
+    can time out)."""
+
+    def problems(self) -> list[FieldError]:
+        found = []
+        if self.on_error not in ON_ERROR_CHOICES:
+            found.append(FieldError("reward_policy.on_error", self.on_error, f"one of {list(ON_ERROR_CHOICES)}"))
+        if not 0 <= self.max_error_rate <= 1:
+            found.append(FieldError("reward_policy.max_error_rate", self.max_error_rate, "must be in [0, 1]"))
+        if self.min_calls < 1:
+            found.append(FieldError("reward_policy.min_calls", self.min_calls, "must be >= 1"))
+        if not self.timeout_s > 0:
+            found.append(FieldError("reward_policy.timeout_s", self.timeout_s, "must be > 0 seconds"))
+        if self.workers < 0:
+            found.append(FieldError("reward_policy.workers", self.workers,
+                                    "must be >= 0 (0 scores in the trainer's thread)"))
+        return found
 
 
 @dataclass(frozen=True)
 class RewardRuntimeSpec:
     rewards: tuple[RewardEntry, ...]
-    policy: RewardPolicy = RewardPolicy()
+    policy: RewardPolicy = field(default_factory=RewardPolicy)
     trajectory_log: str | None = None
     """The run's trajectories.jsonl; adapters inside backend processes append every scored sample to it."""
 
@@ -85,18 +106,13 @@ class RewardRuntimeSpec:
 
     def check(self, backend: str | None = None) -> None:
         p = self.policy
-        if p.on_error not in ON_ERROR_CHOICES:
-            raise FieldError("reward_policy.on_error", p.on_error, f"one of {', '.join(ON_ERROR_CHOICES)}")
+        problems = p.problems()
+        if problems:
+            raise problems[0]
         if p.on_error == "exclude" and backend is not None and backend not in EXCLUDE_CAPABLE:
             raise FieldError("reward_policy.on_error", p.on_error,
                              f"fallback or abort on {backend}: it needs a number for every sample "
                              f"(exclude works on {', '.join(EXCLUDE_CAPABLE)})")
-        if p.timeout_s <= 0:
-            raise FieldError("reward_policy.timeout_s", p.timeout_s, "a positive number of seconds")
-        if p.workers < 0:
-            raise FieldError("reward_policy.workers", p.workers, "0 (in the calling thread) or more processes")
-        if not 0 <= p.max_error_rate <= 1:
-            raise FieldError("reward_policy.max_error_rate", p.max_error_rate, "a fraction in [0, 1]")
         names = self.names
         if len(set(names)) != len(names):
             raise FieldError("rewards", names, "each reward at most once")
@@ -120,10 +136,7 @@ def spec_from_recipe(recipe: Any, registry: Any) -> RewardRuntimeSpec:
 
     add_decorated(registry)
     entries = tuple(entry_for(registry.get(s.name), s.weight, s.kwargs) for s in recipe.rewards)
-    rp = recipe.reward_policy
-    policy = RewardPolicy(on_error=rp.on_error, fallback_score=rp.fallback_score, max_error_rate=rp.max_error_rate,
-                          timeout_s=rp.timeout_s, workers=rp.workers)
-    spec = RewardRuntimeSpec(entries, policy)
+    spec = RewardRuntimeSpec(entries, RewardPolicy(**asdict(recipe.reward_policy)))
     spec.check()
     return spec
 
