@@ -192,6 +192,7 @@ def test_a_reward_file_named_in_the_recipe_trains_and_a_hung_call_times_out(isol
     assert all(t["error_kinds"] == {"shape": "timeout"} and "within 1 s" in t["errors"]["shape"] for t in hung)
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert all("reward/shape/digits" in m and "reward/shape/chars" in m for m in metrics)
+    assert sum(m["reward/errors/timeout"] for m in metrics) == len(hung)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reward_errors_by_kind"] == {"timeout": len(hung)}
     manifest = json.loads((run_dir / "manifest.json").read_text())

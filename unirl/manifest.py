@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata as md
 import os
 import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -73,10 +75,16 @@ def reward_sources(registry: Any, names: list[str]) -> dict[str, dict[str, str]]
         fn = registry.get(name)
         top = (fn.module or "").split(".")[0]
         try:
-            dist = md.packages_distributions().get(top, [top])[0]
+            dist = _packages_distributions().get(top, [top])[0]
             version = md.version(dist)
         except (md.PackageNotFoundError, IndexError):
             dist, version = top, "unknown"
         sources[name] = {"plugin": entry.source, "module": fn.module, "distribution": dist, "version": version,
                          "file": fn.file or ""}
     return sources
+
+
+@functools.cache
+def _packages_distributions() -> Mapping[str, list[str]]:
+    """Import name -> distributions; scanning every installed package takes ~0.1 s, so once per process."""
+    return md.packages_distributions()

@@ -33,7 +33,8 @@ from unirl.reward_worker import Item, Outcome, call_rewards, load_rewards
 from unirl.rewards import Sample
 
 ASYNC_GRACE_S = 2.0
-PIPELINE_DEPTH = 2  # an async gather that ignores cancellation is killed this long after its own timeout
+PIPELINE_DEPTH = 2
+CHUNK_TARGET_S = 0.02  # an async gather that ignores cancellation is killed this long after its own timeout
 
 
 @dataclass
@@ -59,11 +60,17 @@ class ExecutorStats:
     by_kind: dict[str, int] = field(default_factory=dict)
     worker_restarts: int = 0
 
-    def as_metrics(self) -> dict[str, float]:
-        metrics = {"reward/calls": float(self.calls), "reward/errors": float(self.errors)}
-        for kind in ("exception", "invalid", "timeout", "crash"):
-            metrics[f"reward/errors/{kind}"] = float(self.by_kind.get(kind, 0))
-        return metrics
+
+ERROR_KINDS = ("exception", "invalid", "timeout", "crash")
+
+
+def error_metrics(scored: list[ScoredSample]) -> dict[str, float]:
+    """Failed reward calls in one batch, in total and by kind: the same metric names on every backend."""
+    counts = dict.fromkeys(ERROR_KINDS, 0)
+    for s in scored:
+        for kind in s.error_kinds.values():
+            counts[kind] += 1
+    return {"reward/errors": float(sum(counts.values())), **{f"reward/errors/{k}": float(v) for k, v in counts.items()}}
 
 
 class RewardExecutor:
@@ -75,8 +82,9 @@ class RewardExecutor:
         self.timeout_s = spec.policy.timeout_s if timeout_s is None else timeout_s
         self.stats = ExecutorStats()
         self._stats_lock = threading.Lock()
-        self._weights = [e.weight for e in spec.rewards]
-        self._components = [e.components for e in spec.rewards]
+        self._layout = [(e.name, e.weight, e.components, tuple(f"{e.name}/{c}" for c in e.components))
+                        for e in spec.rewards]
+        self._fallback = spec.policy.fallback_score if spec.policy.on_error == "fallback" else None
         self._pool: _Pool | None = None
         self._pool_lock = threading.Lock()
         self._inline = load_rewards(spec.rewards) if self.workers == 0 else None
@@ -102,41 +110,37 @@ class RewardExecutor:
         return scored
 
     def _assemble(self, outcomes: list[tuple[int, Outcome]]) -> ScoredSample:
+        # Hot path (every sample of every step): the per-reward layout is computed once in __init__.
         by_reward = dict(outcomes)
         scores: dict[str, float | None] = {}
         components: dict[str, float | None] = {}
         errors: dict[str, str] = {}
         kinds: dict[str, str] = {}
         info: dict[str, Any] = {}
-        for r, entry in enumerate(self.spec.rewards):
+        total: float | None = 0.0
+        for r, (name, weight, names, keys) in enumerate(self._layout):
             outcome = by_reward[r]
             if outcome[0] == "ok":
                 _, score, comps, extra = outcome
-                scores[entry.name] = score
-                for c in self._components[r]:
+                scores[name] = score
+                for c, key in zip(names, keys, strict=True):
                     value = comps.get(c) if comps else None
-                    components[f"{entry.name}/{c}"] = None if value is None else float(value)
+                    components[key] = None if value is None else float(value)
                 if extra:
-                    info[entry.name] = extra
+                    info[name] = extra
             else:
                 _, kind, message = outcome
-                scores[entry.name] = None
-                errors[entry.name] = message
-                kinds[entry.name] = kind
-                for c in self._components[r]:
-                    components[f"{entry.name}/{c}"] = None
-        return ScoredSample(scores, components, errors, info, self._total(scores), kinds)
-
-    def _total(self, scores: dict[str, float | None]) -> float | None:
-        policy = self.spec.policy
-        total = 0.0
-        for weight, score in zip(self._weights, scores.values(), strict=True):
-            if score is None:
-                if policy.on_error != "fallback":
-                    return None  # excluded (or about to abort): never a partial sum that looks real
-                score = policy.fallback_score
-            total += weight * score
-        return total
+                scores[name] = score = None
+                errors[name] = message
+                kinds[name] = kind
+                for key in keys:
+                    components[key] = None
+                if self._fallback is None:
+                    total = None  # excluded (or about to abort): never a partial sum that looks real
+                score = self._fallback
+            if total is not None and score is not None:
+                total += weight * score
+        return ScoredSample(scores, components, errors, info, total, kinds)
 
     def check_policy(self, scored: list[ScoredSample]) -> None:
         """Raise :class:`RewardAbort` when the policy says so (abort on any error, or past the error rate)."""
@@ -225,6 +229,7 @@ class _Pool:
         self.wake_r, self.wake_w = os.pipe()
         self.closing = False
         self.load_error: str | None = None
+        self.cost_per_item: float | None = None  # seconds of worker time per sample (all rewards), smoothed
         self.workers: list[_Worker] = []
         self.thread = threading.Thread(target=self._loop, name="unirl-reward-dispatcher", daemon=True)
         self.thread.start()
@@ -248,8 +253,7 @@ class _Pool:
         if self.load_error is not None:
             raise UnirlError(f"reward workers could not load the rewards:\n{self.load_error}")
         job = _Job(Future(), expected=len(items))
-        # Small chunks: a batch ends when its slowest chunk does, so big ones leave a worker idle at the tail.
-        size = max(1, min(64, math.ceil(len(items) / (self.size * 16))))
+        size = self._chunk_size(len(items))
         with self.lock:
             for start in range(0, len(items), size):
                 task_id = next(self.ids)
@@ -258,6 +262,18 @@ class _Pool:
                 self.queue.append((task_id, task))
         os.write(self.wake_w, b"x")
         return job.future
+
+    def _chunk_size(self, n: int) -> int:
+        """Samples per task, from the measured cost of a sample.
+
+        Cheap rewards: few big chunks, since each chunk costs a round trip to a worker (about 0.2 ms) that a
+        microsecond reward cannot amortise. Expensive ones: chunks of about CHUNK_TARGET_S, so a batch does not
+        wait at its end for one worker still busy with a large chunk. Never fewer chunks than workers.
+        """
+        balanced = math.ceil(n / self.size)
+        if self.cost_per_item is None:  # nothing measured yet: small chunks are the safe guess
+            return max(1, min(balanced, math.ceil(n / (self.size * 16)), 64))
+        return max(1, min(balanced, math.ceil(CHUNK_TARGET_S / max(self.cost_per_item, 1e-7))))
 
     # -- dispatcher thread -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -308,13 +324,16 @@ class _Pool:
                 _kill(w.process)
 
     def _receive(self, w: _Worker, task_id: int, results: list[tuple[int, list[tuple[int, Outcome]]]],
-                 finished: bool) -> None:
+                 busy_s: float | None) -> None:
+        """``busy_s`` is set on a task's last message: the worker's compute time for the whole task."""
         task = self.tasks.get(task_id)
         if task is None:
             return
         for idx, outcomes in results:
             self._record(task, idx, outcomes)
-        if finished:
+        if busy_s is not None:
+            per_item = busy_s / max(1, len(task.items))
+            self.cost_per_item = per_item if self.cost_per_item is None else 0.8 * self.cost_per_item + 0.2 * per_item
             if task_id in w.task_ids:
                 w.task_ids.remove(task_id)
             del self.tasks[task_id]

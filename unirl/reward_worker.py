@@ -131,14 +131,14 @@ def worker_main(conn: Any, progress: Any, slot: int) -> None:
         # Results go back in batches (at most FLUSH_S apart): one message per sample made the host's dispatcher
         # thread a tenth of a core on a 2-core machine. A killed worker loses at most FLUSH_S of finished work.
         results: list[tuple[int, list[tuple[int, Outcome]]]] = []
-        last_flush = time.monotonic()
+        started = last_flush = time.monotonic()
         for idx, outcomes in call_rewards(rewards, items, async_timeout_s, on_call):
             results.append((idx, outcomes))
             if time.monotonic() - last_flush > FLUSH_S:
-                conn.send((task_id, results, False))
+                conn.send((task_id, results, None))
                 results, last_flush = [], time.monotonic()
         progress[base] = 0.0
-        conn.send((task_id, results, True))
+        conn.send((task_id, results, time.monotonic() - started))  # the time tells the host how to chunk
 
 
 def _die_with_parent() -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from unirl.adapters.common import trajectory_record
-from unirl.reward_executor import RewardExecutor
+from unirl.reward_executor import RewardExecutor, error_metrics
 from unirl.rewards import Sample
 
 
@@ -73,7 +73,6 @@ class TrlRewardAdapter:
         self._key = key
         step = global_step // self.mini_batches + 1  # the training step these rollouts belong to (1-based)
         samples = self.samples(prompts, completions, completion_ids, kwargs)
-        errors_before = self.executor.stats.errors
         scored = self.executor.score(samples)
         policy = self.executor.spec.policy
         columns: dict[str, list[float | None]] = {n: [] for n in self.names}
@@ -94,7 +93,8 @@ class TrlRewardAdapter:
         if log_metric is not None:
             for key_, values in component_values.items():
                 log_metric(f"reward/{key_}", sum(values) / len(values))
-            log_metric("reward/errors", float(self.executor.stats.errors - errors_before))
+            for key_, value in error_metrics(scored).items():
+                log_metric(key_, value)
         self.on_scored(step, [trajectory_record(s, r, step=step) for s, r in zip(samples, scored, strict=True)])
         self.executor.check_policy(scored)
 
