@@ -295,7 +295,7 @@ def _hidden_paths() -> list[str]:
 def _supervisor_code() -> Any:
     """The supervisor's functions, compiled once per host process and sent with each run's configuration."""
     shipped = (_sandbox_libc, _sandbox_call, _sandbox_mount, _sandbox_mount_setattr, _sandbox_report,
-               _sandbox_hide, _sandbox_write_files, _sandbox_exec_program, _sandbox_init_main,
+               _sandbox_private_tmpfs, _sandbox_hide, _sandbox_write_files, _sandbox_exec_program, _sandbox_init_main,
                _sandbox_supervisor_main)
     parts = ["from __future__ import annotations", "import os, signal", f"_LINUX = {_LINUX!r}",
              *(inspect.getsource(fn) for fn in shipped)]
@@ -576,20 +576,29 @@ def _sandbox_hide(libc: Any, hide: list[str], expose: list[str], root_mode: bool
     for root in sorted(roots):
         if any(root.startswith(h + "/") for h in hidden):
             continue  # already covered by a hidden ancestor
-        inside = sorted(p for p in expose if p.startswith(root + "/"))
-        keep: list[str] = []
-        for path in inside:
-            if not any(path == k or path.startswith(k + "/") for k in keep):
-                keep.append(path)
-        handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}  # before they vanish
-        _sandbox_mount(libc, "tmpfs", root, "tmpfs", _LINUX["MS_NOSUID"] | _LINUX["MS_NODEV"], "size=1m,mode=0755")
-        for path, handle in handles.items():
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            _sandbox_mount(libc, f"/proc/self/fd/{handle}", path, None, _LINUX["MS_BIND"] | _LINUX["MS_REC"])
-            os.close(handle)
+        _sandbox_private_tmpfs(libc, root, "size=1m,mode=0755", expose)
         _sandbox_mount_setattr(libc, root, _LINUX["MOUNT_ATTR_RDONLY"] | _LINUX["MOUNT_ATTR_NOSUID"])
         hidden.append(root)
     return hidden
+
+
+def _sandbox_private_tmpfs(libc: Any, target: str, options: str, expose: list[str]) -> None:
+    """A fresh tmpfs over ``target``, with the interpreter paths inside it bound back read-only.
+
+    A virtual environment under /tmp (a CI checkout, say) would otherwise vanish under the run's private /tmp.
+    """
+    inside = sorted(p for p in expose if p.startswith(target.rstrip("/") + "/"))
+    keep: list[str] = []
+    for path in inside:
+        if not any(path == k or path.startswith(k + "/") for k in keep):
+            keep.append(path)
+    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}  # before the tmpfs hides them
+    _sandbox_mount(libc, "tmpfs", target, "tmpfs", _LINUX["MS_NOSUID"] | _LINUX["MS_NODEV"], options)
+    for path, handle in handles.items():
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _sandbox_mount(libc, f"/proc/self/fd/{handle}", path, None, _LINUX["MS_BIND"] | _LINUX["MS_REC"])
+        os.close(handle)
+        _sandbox_mount_setattr(libc, path, _LINUX["MOUNT_ATTR_RDONLY"] | _LINUX["MOUNT_ATTR_NOSUID"])
 
 
 def _sandbox_write_files(cfg: dict[str, Any], uid: int, gid: int, root_mode: bool) -> None:
@@ -678,9 +687,9 @@ def _sandbox_init_main(cfg: dict[str, Any], libc: Any, report_fd: int, alive_fd:
         isolation["proc"] = "hidden"
     owner = f",uid={uid},gid={gid}" if root_mode else ""
     size = f"size={cfg['limits']['disk_mb']}m"
-    _sandbox_mount(libc, "tmpfs", cfg["workdir"], "tmpfs", nosuid_nodev, f"{size},mode=0700{owner}")
+    _sandbox_private_tmpfs(libc, cfg["workdir"], f"{size},mode=0700{owner}", cfg["expose"])
     if os.path.isdir("/dev/shm"):
-        _sandbox_mount(libc, "tmpfs", "/dev/shm", "tmpfs", nosuid_nodev, f"{size},mode=1777")
+        _sandbox_private_tmpfs(libc, "/dev/shm", f"{size},mode=1777", cfg["expose"])
     socket.sethostname("sandbox")
     _sandbox_write_files(cfg, uid, gid, root_mode)
     if cfg["stdin"] is None:
