@@ -180,7 +180,8 @@ def test_a_reward_file_named_in_the_recipe_trains_and_a_hung_call_times_out(isol
         "    return unirl.RewardResult(float(digits == 1), {'digits': float(digits),\n"
         "                              'chars': float(len(sample.completion))})\n")
     out = run_cli("rewards=[{name:math_answer},{name:shape,weight:0.5,file:./my_rewards.py}]",
-                  "reward_policy.timeout_s=1", "reward_policy.max_error_rate=1.0", "algorithm.steps=3",
+                  "reward_policy.workers=2", "reward_policy.timeout_s=1", "reward_policy.max_error_rate=1.0",
+                  "algorithm.steps=3",
                   "algorithm.prompts_per_step=4", "algorithm.samples_per_prompt=4", "eval.before_training=false",
                   "logging.progress=false", cwd=isolated)
     assert out.returncode == 0, out.stderr[-3000:]
