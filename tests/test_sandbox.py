@@ -24,6 +24,7 @@ import pytest
 from unirl_rewards.code_exec import code_tests
 
 import unirl
+from unirl import sandbox
 from unirl.plugins import get_host
 from unirl.sandbox import SANDBOX_UID_BASE, SandboxLimits, check_isolation, run_sandboxed
 
@@ -266,7 +267,9 @@ print(os.getcwd(), sorted(os.listdir(".")))
         assert result.status == "ok", result.stderr
         assert "succeeded against /var/tmp" not in result.stdout
         assert f"succeeded against {tmp_path}" not in result.stdout
-        assert result.stdout.splitlines()[-1] == "/tmp ['main.py', 'scratch.txt']"
+        # the interpreter's own directory shows up too when it lives under /tmp (a CI checkout), read-only
+        listed = result.stdout.splitlines()[-1]
+        assert listed == f"/tmp {sorted(['main.py', 'scratch.txt', *sandbox._bound_into('/tmp')])}"
         for victim in victims:
             assert victim.read_text() == "precious"
             assert sorted(p.name for p in victim.parent.iterdir()) == ["keep.txt"]

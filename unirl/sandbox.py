@@ -227,7 +227,7 @@ def check_isolation(limits: SandboxLimits | None = None) -> IsolationReport:
         network_blocked=seen["connect_error"] is not None,
         pid_namespace=seen["pid"] == 2,
         readonly_root=seen["root_write_error"] is not None,
-        private_tmp=seen["tmp"] == ["main.py"],
+        private_tmp=[name for name in seen["tmp"] if name not in _bound_into(WORKDIR)] == ["main.py"],
         proc=str(result.isolation.get("proc")),
         environment=tuple(seen["env"]),
     )
@@ -283,6 +283,12 @@ def _interpreter_paths() -> list[str]:
     cwd = os.getcwd()
     paths.update(p for p in sys.path if p and p != cwd and os.path.isdir(p))
     return sorted(os.path.realpath(p) for p in paths)
+
+
+def _bound_into(directory: str) -> set[str]:
+    """Top-level names in a run's private ``directory`` that are interpreter paths bound back read-only."""
+    prefix = directory.rstrip("/") + "/"
+    return {p[len(prefix):].split("/")[0] for p in _interpreter_paths() if p.startswith(prefix)}
 
 
 def _hidden_paths() -> list[str]:
