@@ -227,3 +227,39 @@ def test_exclude_is_refused_where_the_backend_needs_a_number(tmp_path: Path) -> 
     path = spec.write(tmp_path / "spec.json")
     with pytest.raises(FieldError, match=r"reward_policy\.on_error='exclude': fallback or abort on verl"):
         compute_score(data_source="", solution_str="7", ground_truth="7", unirl_spec=str(path))
+
+
+@pytest.mark.parametrize(("query", "prompt", "completion", "truncated"), [
+    ("Q: 1+1=2</s>", "Q: 1+1=", "2", False),
+    ("<s>Q: 1+1=2<|im_end|><pad><pad>", "Q: 1+1=", "2", False),  # BOS text the prompt lacks, EOS then padding
+    ("Q: 1+1=2 and on", "Q: 1+1=", "2 and on", True),  # cut at the length limit: no end text
+    ("Q: </s> inside=a </s> b</s>", "Q: </s> inside=", "a </s> b", False),  # only the end is stripped
+])
+def test_openrlhf_query_split(query: str, prompt: str, completion: str, truncated: bool) -> None:
+    from unirl.adapters.openrlhf import DEFAULT_END_TEXTS, split_query
+
+    assert split_query(query, prompt, DEFAULT_END_TEXTS) == (completion, truncated)
+
+
+def test_openrlhf_query_without_its_prompt_is_an_adapter_error() -> None:
+    from unirl.adapters.openrlhf import DEFAULT_END_TEXTS, split_query
+
+    with pytest.raises(ValueError, match="cannot find the prompt"):
+        split_query("something else entirely", "Q: 1+1=", DEFAULT_END_TEXTS)
+
+
+def test_http_server_rejects_a_malformed_request(spec_file: tuple[RewardRuntimeSpec, Path]) -> None:
+    import urllib.error
+
+    from unirl.adapters.openrlhf_server import serve
+
+    server = serve("127.0.0.1", 0)
+    try:
+        url = "http://{}:{}/get_reward".format(*server.server_address[:2])
+        request = urllib.request.Request(url, b'{"prompts": ["p"]}', {"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(request, timeout=30)
+        assert info.value.code == 400 and "expected JSON with query" in info.value.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
