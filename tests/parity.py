@@ -54,7 +54,7 @@ def expected_rows(spec: RewardRuntimeSpec) -> list[dict[str, float]]:
     from unirl.adapters.common import native_row
 
     with RewardExecutor(spec) as executor:
-        return [native_row(s, spec) for s in executor.score(list(PARITY_SAMPLES))]
+        return [native_row(s) for s in executor.score(list(PARITY_SAMPLES))]
 
 
 def write_samples(path: Path) -> Path:

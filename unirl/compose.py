@@ -101,23 +101,8 @@ def check(host: Host, recipe: Recipe) -> None:
     scheduler = recipe.scheduler.get("name")
     if scheduler:
         host.schedulers.entry(scheduler)
-    _load_reward_files(host, recipe)
+    from unirl.reward_spec import register_reward_files
+
+    register_reward_files(recipe, host.rewards)
     validate(recipe, known_rewards=host.rewards.names())
 
-
-def _load_reward_files(host: Host, recipe: Recipe) -> None:
-    """Rewards from files named in the recipe register like any other, before names are checked."""
-    from unirl.errors import FieldError
-    from unirl.plugins import add_decorated
-    from unirl.reward_spec import load_reward_file
-
-    for i, spec in enumerate(recipe.rewards):
-        if spec.file:
-            try:
-                load_reward_file(spec.file)
-            except FieldError as exc:
-                raise FieldError(f"rewards[{i}].file", spec.file, exc.allowed) from None
-            except Exception as exc:
-                raise FieldError(f"rewards[{i}].file", spec.file, f"a file that imports cleanly; it raised {exc!r}") \
-                    from exc
-    add_decorated(host.rewards)

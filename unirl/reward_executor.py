@@ -14,6 +14,7 @@ import itertools
 import math
 import mmap
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,9 +33,9 @@ from unirl.reward_spec import RewardRuntimeSpec
 from unirl.reward_worker import Item, Outcome, call_rewards, load_rewards
 from unirl.rewards import Sample
 
-ASYNC_GRACE_S = 2.0
-PIPELINE_DEPTH = 2
-CHUNK_TARGET_S = 0.02  # an async gather that ignores cancellation is killed this long after its own timeout
+ASYNC_GRACE_S = 2.0  # an async gather that ignores cancellation is killed this long after its own timeout
+PIPELINE_DEPTH = 2  # tasks in flight per worker
+CHUNK_TARGET_S = 0.02  # worker time per task once the cost of a sample is known
 
 
 @dataclass
@@ -190,7 +191,6 @@ class _Job:
 class _Task:
     job: _Job
     items: list[Item]
-    done: dict[int, set[int]] = field(default_factory=dict)  # sample index -> reward indices received
 
 
 @dataclass
@@ -342,7 +342,6 @@ class _Pool:
         job = task.job
         got = job.outcomes.setdefault(idx, [])
         got.extend(outcomes)
-        task.done.setdefault(idx, set()).update(r for r, _ in outcomes)
         if len(got) == len(self.kinds):
             job.received += 1
             if job.received == job.expected and not job.future.done():
@@ -370,8 +369,10 @@ class _Pool:
         now = time.monotonic()
         for w in list(self.workers):
             started = self.progress[w.slot * 3]
-            if w.task_id is not None and started > 0 and now - started > self._limit(w):
-                limit = self._limit(w)
+            if w.task_id is None or started <= 0:
+                continue
+            limit = self._limit(w)
+            if now - started > limit:
                 _kill(w.process)
                 self._drain(w)
                 name = self.spec.rewards[int(self.progress[w.slot * 3 + 2])].name
@@ -399,7 +400,7 @@ class _Pool:
                 continue
             retry: list[Item] = []
             for item_idx, sample, todo in task.items:
-                done = task.done.get(item_idx, set())
+                done = {done_r for done_r, _ in task.job.outcomes.get(item_idx, ())}
                 blamed = {r} if position == 0 and was_running and (item_idx == idx or idx < 0) else set()
                 if blamed - done:
                     self._record(task, item_idx, [(r, ("error", kind, message))])
@@ -451,7 +452,7 @@ class _Pool:
 def _kill(process: subprocess.Popen[bytes]) -> None:
     """Kill a worker and anything its reward started (the worker leads its own process group)."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, 9)
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait()
 
 

@@ -127,17 +127,29 @@ def entry_for(fn: RewardFunction, weight: float = 1.0, kwargs: dict[str, Any] | 
                        components=tuple(fn.components), kind=fn.kind)
 
 
-def spec_from_recipe(recipe: Any, registry: Any) -> RewardRuntimeSpec:
-    """The recipe's ``rewards`` and ``reward_policy`` resolved through the host's reward registry."""
-    for spec in recipe.rewards:
-        if getattr(spec, "file", None):
-            load_reward_file(spec.file)
+def register_reward_files(recipe: Any, registry: Any) -> None:
+    """Rewards from files named in the recipe register like any other (before names are checked)."""
     from unirl.plugins import add_decorated
 
+    for i, spec in enumerate(recipe.rewards):
+        if spec.file:
+            try:
+                load_reward_file(spec.file)
+            except FieldError as exc:
+                raise FieldError(f"rewards[{i}].file", spec.file, exc.allowed) from None
+            except Exception as exc:
+                raise FieldError(f"rewards[{i}].file", spec.file, f"a file that imports cleanly; it raised {exc!r}") \
+                    from exc
     add_decorated(registry)
+
+
+def spec_from_recipe(recipe: Any, registry: Any, backend: str | None = None) -> RewardRuntimeSpec:
+    """The recipe's ``rewards`` and ``reward_policy`` resolved through the host's reward registry, checked for
+    ``backend``. Reward files load here too: a backend in another interpreter did not run the host's preflight."""
+    register_reward_files(recipe, registry)
     entries = tuple(entry_for(registry.get(s.name), s.weight, s.kwargs) for s in recipe.rewards)
     spec = RewardRuntimeSpec(entries, RewardPolicy(**asdict(recipe.reward_policy)))
-    spec.check()
+    spec.check(backend)
     return spec
 
 

@@ -167,9 +167,7 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     args = launch_args(plan)
     write_json(run_dir / PLAN, plan.to_dict())
     write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
-    spec = spec_from_recipe(recipe, host.rewards)
-    spec.check(plan.framework)
-    rewards = RewardExecutor(spec)
+    rewards = RewardExecutor(spec_from_recipe(recipe, host.rewards, plan.framework))
     summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
                                "seed": recipe.seed, "state": "failed"}
     try:

@@ -25,33 +25,30 @@ class BackendRewards:
         self.spec = spec
         self.backend = backend
         self.executor = RewardExecutor(spec)
-        self.keys = native_keys(spec)
 
-    def score(self, samples: list[Sample], **record_extra: Any) -> list[ScoredSample]:
+    def score(self, samples: list[Sample]) -> list[ScoredSample]:
         """Score, log every sample (with errors and tracebacks), then apply the policy (may raise RewardAbort)."""
         scored = self.executor.score(samples)
         if self.spec.trajectory_log:
-            records = [trajectory_record(s, r, backend=self.backend, pid=os.getpid(), **record_extra)
+            records = [trajectory_record(s, r, backend=self.backend, pid=os.getpid())
                        for s, r in zip(samples, scored, strict=True)]
             append_jsonl(Path(self.spec.trajectory_log), records)
         self.executor.check_policy(scored)
         return scored
-
-    def row(self, scored: ScoredSample) -> dict[str, float]:
-        """The fixed native key set: ``score`` plus every reward and component (NaN where a call failed)."""
-        return native_row(scored, self.spec)
 
 
 def native_keys(spec: RewardRuntimeSpec) -> list[str]:
     return ["score", *spec.names, *spec.component_keys(), ERRORS_KEY]
 
 
-def native_row(scored: ScoredSample, spec: RewardRuntimeSpec) -> dict[str, float]:
+def native_row(scored: ScoredSample) -> dict[str, float]:
+    """The fixed native key set (:func:`native_keys`): ``score``, every reward and component (NaN where a call
+    failed), the error count. The executor fills scores and components in the spec's order, every sample."""
     row = {"score": _num(scored.total)}
-    for name in spec.names:
-        row[name] = _num(scored.scores[name])
-    for key in spec.component_keys():
-        row[key] = _num(scored.components[key])
+    for name, value in scored.scores.items():
+        row[name] = _num(value)
+    for key, value in scored.components.items():
+        row[key] = _num(value)
     row[ERRORS_KEY] = float(len(scored.errors))
     return row
 

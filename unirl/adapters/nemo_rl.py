@@ -25,7 +25,7 @@ from typing import Any
 
 from nemo_rl.environments.interfaces import EnvironmentInterface, EnvironmentReturn
 
-from unirl.adapters.common import native_keys, runtime_for
+from unirl.adapters.common import native_row, runtime_for
 from unirl.rewards import Sample
 
 ENV_NAME = "unirl"
@@ -58,7 +58,7 @@ class UnirlEnvironment(EnvironmentInterface):
 
         runtime = runtime_for("nemo_rl", self.spec_path)
         samples = [sample_from_nemo(log, meta) for log, meta in zip(message_log_batch, metadata, strict=True)]
-        rows = [runtime.row(s) for s in runtime.score(samples)]
+        rows = [native_row(s) for s in runtime.score(samples)]
         out_metadata = [{**(meta or {}), "unirl": row} for meta, row in zip(metadata, rows, strict=True)]
         totals = torch.tensor([row["score"] for row in rows], dtype=torch.float32)
         return EnvironmentReturn(
@@ -74,9 +74,6 @@ class UnirlEnvironment(EnvironmentInterface):
     def global_post_process_and_metrics(self, batch: Any) -> tuple[Any, dict[str, float]]:
         """Required by the interface; NeMo RL (up to 7ea279a) never calls it, so the batch passes unchanged."""
         return batch, {}
-
-    def component_keys(self) -> list[str]:
-        return native_keys(runtime_for("nemo_rl", self.spec_path).spec)
 
 
 def __getattr__(name: str) -> Any:

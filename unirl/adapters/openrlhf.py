@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from unirl.adapters.common import runtime_for
+from unirl.adapters.common import native_row, runtime_for
 from unirl.rewards import Sample
 
 # End-of-sequence texts of common chat models, stripped from the end of a decoded query. The plan may set
@@ -69,7 +69,7 @@ def score_queries(queries: list[str], prompts: list[str], labels: list[Any]) -> 
         completion, truncated = split_query(str(query), str(prompt), ends)
         reference = None if label is None or label == "" else str(label)
         samples.append(Sample(prompt=str(prompt), completion=completion, reference=reference, truncated=truncated))
-    rows = [runtime.row(s) for s in runtime.score(samples)]
+    rows = [native_row(s) for s in runtime.score(samples)]
     totals = [row["score"] for row in rows]
     extra_logs = {key: [row[key] for row in rows] for key in rows[0] if key != "score"}
     return {"rewards": totals, "scores": totals, "extra_logs": extra_logs}

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from unirl.adapters.common import runtime_for
+from unirl.adapters.common import native_row, runtime_for
 from unirl.rewards import Sample
 
 TRUNCATED_STATUS = "truncated"  # slime.utils.types.Sample.Status.TRUNCATED.value
@@ -62,7 +62,7 @@ def adapters_for(backend: str) -> tuple[RewardFn, RewardFn]:
         runtime = runtime_for(backend)
         unirl_samples = [sample_from_slime(s) for s in samples]
         scored = await asyncio.to_thread(runtime.score, unirl_samples)
-        return [runtime.row(s) for s in scored]
+        return [native_row(s) for s in scored]
 
     return reward, batched_reward
 

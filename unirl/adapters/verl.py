@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from unirl.adapters.common import runtime_for
+from unirl.adapters.common import native_row, runtime_for
 from unirl.rewards import Sample
 
 # Keys verl's reward-loop manager adds to extra_info before the call (naive.py:44-52): not the user's data.
@@ -40,4 +40,4 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """Score one verl sample with every unirl reward of the run; raises only when the policy aborts the run."""
     runtime = runtime_for("verl", unirl_spec)
     scored = runtime.score([sample_from_verl(data_source, solution_str, ground_truth, extra_info)])[0]
-    return runtime.row(scored)
+    return native_row(scored)
