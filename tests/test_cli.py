@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,14 +36,14 @@ def test_unknown_framework_fails_before_anything_loads_and_lists_installed(isola
     out = run_cli("+framework=nope", "recipe=grpo_math")
     assert out.returncode == 2
     assert "unknown framework 'nope'" in out.stderr
-    assert "installed frameworks: trl" in out.stderr
+    assert "installed frameworks: " in out.stderr and "trl" in out.stderr and "verl" in out.stderr
     assert not (isolated / "runs").exists()  # no run directory was made
 
 
 def test_unknown_framework_inside_a_sweep_is_caught_too() -> None:
-    out = run_cli("-m", "+framework=trl,verl", "algorithm.steps=1")
+    out = run_cli("-m", "+framework=trl,nope", "algorithm.steps=1")
     assert out.returncode == 2
-    assert "unknown framework 'verl'" in out.stderr
+    assert "unknown framework 'nope'" in out.stderr
 
 
 def test_plan_prints_the_native_launch_in_human_form() -> None:
@@ -78,7 +79,7 @@ def test_help_lists_verbs_and_installed_options() -> None:
     out = run_cli("--help")
     assert out.returncode == 0
     assert "plan [--json]" in out.stdout
-    assert "framework={trl}" in out.stdout
+    assert re.search(r"framework=\{[a-z_,]*trl[a-z_,]*\}", out.stdout)
     assert "recipe={grpo_math}" in out.stdout
 
 

@@ -162,7 +162,7 @@ def test_a_backend_in_another_interpreter_runs_as_a_child_process(isolated: Path
     assert out.returncode == 0, out.stderr[-3000:]
     [run_dir] = run_dirs(isolated / "runs")
     plan = json.loads((run_dir / "plan.json").read_text())
-    assert plan["in_process"] is False and plan["command"][0] == sys.executable
+    assert plan["in_process"] is False and plan["environment"]["python"] == sys.executable
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["argv"][0].endswith("unirl_trl/runner.py")  # it ran in the child, not in unirl's process
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"

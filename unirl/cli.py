@@ -19,7 +19,7 @@ from typing import Any
 
 from unirl.errors import RecipeInvalid, UnirlError
 
-VERBS = ("plan", "plugins", "frameworks", "rewards", "reward", "help")
+VERBS = ("plan", "diff", "advise", "plugins", "frameworks", "rewards", "reward", "help")
 GROUPS_WITH_DEFAULTS = ("framework", "scheduler", "recipe")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -35,6 +35,9 @@ Run RL post-training from one recipe on any installed backend.
 
 verbs:
   plan [--json] [--validate] [OVERRIDE ...]      print what the backend will receive; run nothing
+  diff A B [--json] [OVERRIDE ...]               one recipe on two backends, field by field
+  advise [--gpus N] [--nodes N] [--model-size 7B] [--async] [--engine vllm|sglang|hf] [--json]
+                                                 which backend fits a situation, and why
   plugins [--json]                               loaded plugins: package, version, hooks
   frameworks [--json]                            backends, their capabilities, installed versions
   rewards [--json]                               registered reward functions and their sources
@@ -115,8 +118,10 @@ def _run_task(cfg: Any) -> dict[str, Any]:
     try:  # everything before launch: a problem here is the user's input, reported without a traceback
         recipe = to_recipe(cfg)
         plan = plan_recipe(host, recipe)
-        host.frameworks.get(plan.framework).validate(plan)
+        framework = host.frameworks.get(plan.framework)
+        framework.validate(plan)
         scheduler = host.schedulers.get(recipe.scheduler.get("name", "local"))
+        plan = framework.prepare(plan, run_dir, host)
     except UnirlError as exc:
         err(str(exc))
         return _record({"state": "invalid", "error": str(exc), "run_dir": str(run_dir)})
@@ -190,6 +195,43 @@ def cmd_plan(args: list[str]) -> int:
     return EXIT_OK
 
 
+def cmd_diff(args: list[str]) -> int:
+    from unirl.compose import check, compose, to_recipe
+    from unirl.diff import check_names, diff, print_diff
+    from unirl.plugins import get_host
+
+    as_json = "--json" in args
+    names = [a for a in args if "=" not in a and not a.startswith("-")]
+    overrides = [a for a in args if "=" in a]
+    host = get_host()
+    check_names(host, names)
+    recipe = to_recipe(compose(host, normalise(overrides, host.frameworks.names())))
+    check(host, recipe)
+    result = diff(host, recipe, names[0], names[1])
+    if as_json:
+        import json
+
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_diff(result)
+    return EXIT_OK
+
+
+def cmd_advise(args: list[str]) -> int:
+    from unirl.advise import advise, parse_situation, print_advice
+    from unirl.plugins import get_host
+
+    situation, as_json = parse_situation(args)
+    result = advise(get_host(), situation)
+    if as_json:
+        import json
+
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_advice(result)
+    return EXIT_OK
+
+
 def cmd_reward(args: list[str]) -> int:
     if not args or args[0] != "test":
         raise UnirlError("usage: unirl reward test NAME [NAME ...] --samples FILE.jsonl [--json] [--kwargs JSON]")
@@ -236,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
                 return cmd_plan(rest)
             if verb == "reward":
                 return cmd_reward(rest)
+            if verb == "diff":
+                return cmd_diff(rest)
+            if verb == "advise":
+                return cmd_advise(rest)
             return cmd_list(verb, rest)
         from unirl.compose import register_configs
         from unirl.plugins import get_host

@@ -81,7 +81,9 @@ def fingerprint(rows: list[dict[str, Any]]) -> str:
 
 
 def render_prompt(row: dict[str, Any], data: DataConfig) -> str | list[dict[str, str]]:
+    """The prompt as the backend receives it: text through the template, or chat messages."""
     prompt = row[data.prompt_key]
     if isinstance(prompt, list):  # chat messages pass through unchanged
         return prompt
-    return data.prompt_template.format(**{**row, "prompt": prompt})
+    text = data.prompt_template.format(**{**row, "prompt": prompt})
+    return [{"role": "user", "content": text}] if data.chat_template else text

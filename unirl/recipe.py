@@ -48,6 +48,9 @@ class DataConfig:
     """Column holding the reference answer passed to rewards as ``sample.reference``."""
     prompt_template: str = "{prompt}"
     """Python format string applied to text prompts; other columns are available by name."""
+    chat_template: bool = False
+    """Render prompts with the model's chat template: a text prompt becomes one user message. Prompts that
+    are already message lists are always rendered with it."""
     max_prompt_tokens: int | None = None
     """Prompts longer than this (in tokens) are truncated from the left; null = no limit."""
     train_rows: int | None = None
@@ -126,6 +129,9 @@ class RolloutConfig:
     """Generation engine: hf (transformers generate), vllm, sglang."""
     colocated: bool = True
     """Rollout shares the training GPUs (true) or runs on its own (false)."""
+    gpus: int | None = None
+    """With colocated=false: GPUs given to the rollout engine out of nodes x gpus_per_node (the rest train);
+    null = half of them."""
     tensor_parallel: int = 1
     """Tensor-parallel degree of the rollout engine."""
     gpu_memory_fraction: float = 0.5
@@ -209,8 +215,16 @@ class Recipe:
 
     @property
     def world_size(self) -> int:
-        """Training processes: one per GPU, or one on CPU."""
-        return max(1, self.resources.nodes * max(self.resources.gpus_per_node, 0))
+        """Training processes: one per training GPU (rollout-only GPUs excluded), or one on CPU."""
+        return max(1, self.resources.nodes * max(self.resources.gpus_per_node, 0) - self.rollout_gpus)
+
+    @property
+    def rollout_gpus(self) -> int:
+        """GPUs reserved for the rollout engine alone (0 when rollouts are colocated with training)."""
+        if self.rollout.colocated:
+            return 0
+        total = self.resources.nodes * max(self.resources.gpus_per_node, 0)
+        return self.rollout.gpus if self.rollout.gpus is not None else total // 2
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -223,6 +237,13 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rollout.engine": ("hf", "vllm", "sglang"),
     "resources.device": ("auto", "cpu", "cuda"),
 }
+
+
+def recipe_from_dict(data: dict[str, Any]) -> Recipe:
+    """A Recipe from its plain-dict form (a plan's ``recipe``), typed by the schema."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Recipe), data))  # type: ignore[return-value]
 
 
 def split_source(source: str) -> tuple[str, str]:
@@ -332,6 +353,16 @@ def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str
     if recipe.resources.cpu_threads is not None and recipe.resources.cpu_threads < 1:
         problems.append(FieldError("resources.cpu_threads", recipe.resources.cpu_threads, "must be >= 1, or null"))
     problems += recipe.reward_policy.problems()
+    total_gpus = recipe.resources.nodes * recipe.resources.gpus_per_node
+    if recipe.rollout.gpus is not None:
+        if recipe.rollout.colocated:
+            problems.append(FieldError("rollout.gpus", recipe.rollout.gpus,
+                                       "only with rollout.colocated=false (colocated rollouts share every GPU)"))
+        elif not 0 < recipe.rollout.gpus < total_gpus or recipe.rollout.gpus % recipe.rollout.tensor_parallel:
+            problems.append(FieldError(
+                "rollout.gpus", recipe.rollout.gpus,
+                f"must be between 1 and {max(total_gpus - 1, 0)} (nodes x gpus_per_node, leaving GPUs to train) "
+                f"and a multiple of rollout.tensor_parallel={recipe.rollout.tensor_parallel}"))
 
     # Batch arithmetic: completions per step split into mini-batches, each into per-device micro-batches.
     if a.prompts_per_step >= 1 and a.samples_per_prompt >= 2 and a.mini_batches_per_step >= 1:

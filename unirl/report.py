@@ -58,23 +58,48 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     out.print(f"  run directory: {run_dir}")
 
 
+# Native-config entries already shown as the command line or the mapping table.
+SHOWN_ABOVE = ("grpo_config", "overrides", "flags", "args")
+
+
 def print_plan(plan: LaunchPlan, validated: bool) -> None:
     from rich.table import Table
 
     out = console()
-    version = plan.framework_version or "not installed here"
-    out.print(f"[bold]{plan.framework}[/] ({version}) entrypoint {plan.entrypoint}"
-                  + ("  [green]validated against the backend's own schema[/]" if validated else ""))
-    out.print(f"command: {' '.join(plan.command)}")
+    version = plan.framework_version or f"not installed here; translated for {plan.target_version or '?'}"
+    out.print(f"[bold]{plan.framework}[/] ({version})"
+              + ("  [green]validated against the backend's own schema[/]" if validated else ""))
+    env = plan.environment
+    where = {"in_process": "in unirl's process", "interpreter": f"interpreter {env.python}",
+             "image": f"{env.container_runtime} image {env.image} ({env.python})"}[env.kind]
+    out.print(f"runs in: {where}; expects {env.nodes} node(s) x {env.gpus_per_node} GPU(s)", markup=False)
+    out.print("command: " + " ".join(plan.command), markup=False, soft_wrap=True)
     table = Table("recipe field", "native key", "value", "note", show_lines=False)
     for row in plan.mapping:
-        table.add_row(row.recipe_field, row.native_key, json.dumps(row.value, default=str), row.note)
+        table.add_row(escape(row.recipe_field), escape(row.native_key), escape(json.dumps(row.value, default=str)),
+                      escape(row.note))
     out.print(table)
     for key, value in plan.native_config.items():
-        if key != "grpo_config":
-            out.print(f"{key}: {json.dumps(value, default=str)}")
+        if key not in SHOWN_ABOVE:  # the rest of the native config (TRL's reward functions, model, data)
+            out.print(f"{key}: {json.dumps(value, default=str)}", markup=False)
+    for key, value in sorted(plan.env.items()):
+        out.print(f"env: {key}={value}", markup=False)
+    for export in plan.data:
+        rows = f"{export.rows} rows" if export.rows is not None else "every row"
+        out.print(f"data: {export.split} <- {export.source} as {export.format} ({rows}) -> {export.path}", markup=False)
+    for path, content in sorted(plan.files.items()):
+        shown = content if content.startswith("<") else f"{len(content.splitlines())} lines"
+        out.print(f"file: {path}: {shown}", markup=False)
+    if plan.environment.light_core:
+        out.print(f"staged on the backend's PYTHONPATH: {', '.join(plan.environment.light_core)}", markup=False)
     for note in plan.notes:
-        out.print(f"note: {note}")
+        out.print(f"note: {note}", markup=False)
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def print_plugins(host: Any, as_json: bool) -> None:
@@ -93,6 +118,7 @@ def print_plugins(host: Any, as_json: bool) -> None:
 
 
 def print_frameworks(host: Any, as_json: bool) -> None:
+    """The capability matrix, from each plugin's own declaration, and what is installed where unirl looks."""
     rows = []
     for entry in host.frameworks:
         fw = host.frameworks.get(entry.name)
@@ -103,13 +129,18 @@ def print_frameworks(host: Any, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    table = Table("framework", "installed", "algorithms", "rollout", "placement", "modes", "multi-node", "reward hook",
-                  "CPU")
+    table = Table("framework", "installed (tested)", "placement", "sync / async", "training backends", "rollout",
+                  "multi-node", "algorithms", "custom reward", "GPU", show_lines=True)
     for r in rows:
-        table.add_row(r["name"], r["installed"] or "no", ", ".join(r["algorithms"]), ", ".join(r["rollout_engines"]),
-                      ", ".join(r["placement"]), ", ".join(r["modes"]), r["multi_node"], r["custom_reward"],
-                      "yes" if r["runs_on_cpu"] else "no")
+        tested = f" ({r['tested_version']})" if r["tested_version"] else ""
+        table.add_row(r["name"], f"{r['installed'] or 'no'}{tested}", "\n".join(r["placement"]), "\n".join(r["modes"]),
+                      "\n".join(r["training_backends"]), ", ".join(r["rollout_engines"]), r["multi_node"],
+                      f"{', '.join(r['native_algorithms'])}\n(unirl maps: {', '.join(r['algorithms'])})",
+                      r["custom_reward"],
+                      "needs one" if r["needs_gpu"] else "optional (runs on CPU)")
     console().print(table)
+    console().print("installed: looked up in framework.python's interpreter, else $UNIRL_<NAME>_PYTHON, else unirl's own",
+                    markup=False)
 
 
 def print_rewards(host: Any, as_json: bool) -> None:

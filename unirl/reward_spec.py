@@ -12,14 +12,14 @@ import importlib
 import importlib.util
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from unirl.errors import FieldError, UnirlError
 from unirl.rewards import RewardFunction
 
-ON_ERROR_CHOICES = ("exclude", "fallback", "abort")
+ON_ERROR_CHOICES = ("auto", "exclude", "fallback", "abort")
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,17 @@ class RewardEntry:
 class RewardPolicy:
     """How reward calls run and what a failure costs: the recipe's ``reward_policy`` group."""
 
-    on_error: str = "exclude"
+    on_error: str = "auto"
     """What a sample with a failed reward call scores: exclude (no reward, TRL only), fallback
-    (``fallback_score``), or abort the run. Failures are counted and logged in every case."""
+    (``fallback_score``), abort the run, or auto (exclude where the backend can drop a sample's reward,
+    else fallback; ``unirl plan`` shows which). Failures are counted and logged in every case."""
+
+    def resolved(self, backend: str | None) -> RewardPolicy:
+        """The policy with ``auto`` decided for ``backend`` (None: a backend that can exclude)."""
+        if self.on_error != "auto":
+            return self
+        can_exclude = backend is None or backend in EXCLUDE_CAPABLE
+        return replace(self, on_error="exclude" if can_exclude else "fallback")
     fallback_score: float = 0.0
     """The score a failed reward call gets under ``on_error=fallback``."""
     max_error_rate: float = 0.05
@@ -93,7 +101,7 @@ class RewardRuntimeSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RewardRuntimeSpec:
         rewards = tuple(RewardEntry(**{**r, "components": tuple(r.get("components", ()))}) for r in data["rewards"])
-        spec = cls(rewards, RewardPolicy(**data.get("policy", {})), data.get("trajectory_log"))
+        spec = cls(rewards, RewardPolicy(**data.get("policy", {})).resolved(None), data.get("trajectory_log"))
         spec.check()
         return spec
 
@@ -148,7 +156,7 @@ def spec_from_recipe(recipe: Any, registry: Any, backend: str | None = None) -> 
     ``backend``. Reward files load here too: a backend in another interpreter did not run the host's preflight."""
     register_reward_files(recipe, registry)
     entries = tuple(entry_for(registry.get(s.name), s.weight, s.kwargs) for s in recipe.rewards)
-    spec = RewardRuntimeSpec(entries, RewardPolicy(**asdict(recipe.reward_policy)))
+    spec = RewardRuntimeSpec(entries, RewardPolicy(**asdict(recipe.reward_policy)).resolved(backend))
     spec.check(backend)
     return spec
 

@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
+from unirl.backend_env import launch_command
 from unirl.plan import LaunchPlan
 from unirl.registry import load_dotted
-from unirl.run import PLAN, SUMMARY, write_json
+from unirl.run import SUMMARY
 from unirl.scheduler import JobResult
 
 GRACE_S = 10.0
@@ -40,10 +41,11 @@ class LocalScheduler:
         return self._child(plan, run_dir)
 
     def _child(self, plan: LaunchPlan, run_dir: Path) -> JobResult:
-        write_json(run_dir / PLAN, plan.to_dict())
-        command = [sys.executable if c == "python" else c for c in plan.command]
-        command = [str(run_dir / PLAN) if c == PLAN else c for c in command] + ["--run-dir", str(run_dir)]
-        env = {**os.environ, **plan.env}
+        """The plan's command where its backend lives (its interpreter or container), output streamed."""
+        command, extra_env = launch_command(plan, run_dir)
+        env = {**os.environ, **extra_env}
+        if "PYTHONPATH" in extra_env and os.environ.get("PYTHONPATH"):
+            env["PYTHONPATH"] = os.pathsep.join([extra_env["PYTHONPATH"], os.environ["PYTHONPATH"]])
         tail: collections.deque[str] = collections.deque(maxlen=50)
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import importlib.metadata as md
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any, ClassVar
 
-from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
-from unirl.framework import Capabilities, FrameworkOptions, Mapping
-from unirl.plan import LaunchPlan, MappedField
+from unirl.backend_env import version_in
+from unirl.errors import RecipeInvalid, UnirlError, Unsupported
+from unirl.framework import Capabilities, FrameworkOptions, Mapping, translate
+from unirl.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
 from unirl.recipe import BUILTIN_PREFIX, Recipe
+from unirl.run import PLAN, write_json
 
 NAME = "trl"
 ENTRYPOINT = "unirl_trl.runner:run"
 
 CAPABILITIES = Capabilities(
+    native_algorithms=("GRPO (grpo, dapo, dr_grpo, bnpo, cispo, sapo losses)", "GSPO", "RLOO", "DPO", "SFT", "reward modelling", "experimental PPO / online DPO / GKD"),
     algorithms=("grpo",),
     rollout_engines=("hf", "vllm"),
     placement=("colocated", "disaggregated (vLLM server mode)"),
@@ -65,55 +69,67 @@ def _precision(r: Recipe) -> dict[str, Any]:
     return {"bf16": False, "fp16": False}
 
 
+# native_default: GRPOConfig's own defaults in TRL 1.16 (what TRL would use if unirl did not set the key).
 MAPPING: tuple[Mapping, ...] = (
-    Mapping("seed", "seed", lambda r: r.seed),
+    Mapping("seed", "seed", lambda r: r.seed, native_default=42),
     Mapping("algorithm.steps", "max_steps", lambda r: _updates(r, r.algorithm.steps),
-            "TRL counts optimizer updates: steps x mini_batches_per_step"),
-    Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt),
+            "TRL counts optimizer updates: steps x mini_batches_per_step", native_default=-1),
+    Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt,
+            native_default=8),
     Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],
-            "TRL counts completions per device micro-batch, not prompts"),
+            "TRL counts completions per device micro-batch, not prompts", native_default=8),
     Mapping("algorithm.micro_batch_size", "gradient_accumulation_steps", lambda r: batch_layout(r)["accumulation"],
-            "micro-batches per optimizer update on one device"),
+            "micro-batches per optimizer update on one device", native_default=1),
     Mapping("algorithm.mini_batches_per_step", "steps_per_generation",
             lambda r: batch_layout(r)["steps_per_generation"],
-            "one generation of prompts_per_step x samples_per_prompt completions feeds this many micro-batches"),
-    Mapping("algorithm.epochs_per_batch", "num_iterations", lambda r: r.algorithm.epochs_per_batch),
-    Mapping("algorithm.lr", "learning_rate", lambda r: r.algorithm.lr, "TRL's default 1e-6 is set explicitly"),
-    Mapping("algorithm.lr_schedule", "lr_scheduler_type", lambda r: r.algorithm.lr_schedule),
-    Mapping("algorithm.warmup_steps", "warmup_steps", lambda r: r.algorithm.warmup_steps),
-    Mapping("algorithm.weight_decay", "weight_decay", lambda r: r.algorithm.weight_decay),
-    Mapping("algorithm.max_grad_norm", "max_grad_norm", lambda r: r.algorithm.max_grad_norm),
-    Mapping("algorithm.kl_coef", "beta", lambda r: r.algorithm.kl_coef, "0 = no reference model is loaded"),
+            "one generation of prompts_per_step x samples_per_prompt completions feeds this many micro-batches",
+            native_default=None),
+    Mapping("algorithm.epochs_per_batch", "num_iterations", lambda r: r.algorithm.epochs_per_batch, native_default=1),
+    Mapping("algorithm.lr", "learning_rate", lambda r: r.algorithm.lr, "TRL's default 1e-6 is set explicitly",
+            native_default=1e-06),
+    Mapping("algorithm.lr_schedule", "lr_scheduler_type", lambda r: r.algorithm.lr_schedule, native_default='linear'),
+    Mapping("algorithm.warmup_steps", "warmup_steps", lambda r: r.algorithm.warmup_steps, native_default=0),
+    Mapping("algorithm.weight_decay", "weight_decay", lambda r: r.algorithm.weight_decay, native_default=0.0),
+    Mapping("algorithm.max_grad_norm", "max_grad_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
+    Mapping("algorithm.kl_coef", "beta", lambda r: r.algorithm.kl_coef, "0 = no reference model is loaded",
+            native_default=0.0),
     Mapping("algorithm.kl_estimator", "(fixed k3)", lambda r: "k3",
             "TRL's KL term is always the k3 estimator",
             supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_estimator in ("k3", "low_var_kl"),
             supported_text="only k3 (low_var_kl) when kl_coef > 0"),
-    Mapping("algorithm.clip_low", "epsilon", lambda r: r.algorithm.clip_low),
-    Mapping("algorithm.clip_high", "epsilon_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low),
+    Mapping("algorithm.clip_low", "epsilon", lambda r: r.algorithm.clip_low, native_default=0.2),
+    Mapping("algorithm.clip_high", "epsilon_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
+            native_default=None),
     Mapping("algorithm.loss_aggregation", "loss_type", lambda r: LOSS_TYPE[r.algorithm.loss_aggregation],
-            "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo"),
-    Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm),
-    Mapping("algorithm.entropy_coef", "entropy_coef", lambda r: r.algorithm.entropy_coef),
-    Mapping("algorithm.temperature", "temperature", lambda r: r.algorithm.temperature),
-    Mapping("algorithm.top_p", "top_p", lambda r: r.algorithm.top_p),
-    Mapping("algorithm.max_new_tokens", "max_completion_length", lambda r: r.algorithm.max_new_tokens),
-    Mapping("rewards[].weight", "reward_weights", lambda r: [float(s.weight) for s in r.rewards]),
+            "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo", native_default='dapo'),
+    Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm, native_default='group'),
+    Mapping("algorithm.entropy_coef", "entropy_coef", lambda r: r.algorithm.entropy_coef, native_default=0.0),
+    Mapping("algorithm.temperature", "temperature", lambda r: r.algorithm.temperature, native_default=1.0),
+    Mapping("algorithm.top_p", "top_p", lambda r: r.algorithm.top_p, native_default=1.0),
+    Mapping("algorithm.max_new_tokens", "max_completion_length", lambda r: r.algorithm.max_new_tokens,
+            native_default=512),
+    Mapping("reward_policy.on_error", "(unirl reward adapter)", lambda r: r.reward_policy.resolved(NAME).on_error,
+            "exclude: a failed call's reward is None, which TRL leaves out of the group baseline"),
+    Mapping("rewards[].weight", "reward_weights", lambda r: [float(s.weight) for s in r.rewards], native_default=None),
     Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU"),
     Mapping("resources.device", "use_cpu", lambda r: r.resources.device == "cpu",
-            "auto: CPU unless CUDA is present (decided at launch)"),
+            "auto: CPU unless CUDA is present (decided at launch)", native_default=False),
     Mapping("rollout.engine", "use_vllm", lambda r: r.rollout.engine == "vllm",
             supported=lambda r: r.rollout.engine in CAPABILITIES.rollout_engines,
-            supported_text="hf (transformers generate) and vllm"),
+            supported_text="hf (transformers generate) and vllm", native_default=False),
     Mapping("rollout.colocated", "vllm_mode", lambda r: "colocate" if r.rollout.colocated else "server",
-            "only used with rollout.engine=vllm"),
-    Mapping("rollout.tensor_parallel", "vllm_tensor_parallel_size", lambda r: r.rollout.tensor_parallel),
-    Mapping("rollout.gpu_memory_fraction", "vllm_gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction),
-    Mapping("logging.every_steps", "logging_steps", lambda r: _updates(r, r.logging.every_steps)),
+            "only used with rollout.engine=vllm", native_default='colocate'),
+    Mapping("rollout.tensor_parallel", "vllm_tensor_parallel_size", lambda r: r.rollout.tensor_parallel,
+            native_default=1),
+    Mapping("rollout.gpu_memory_fraction", "vllm_gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
+            native_default=0.3),
+    Mapping("logging.every_steps", "logging_steps", lambda r: _updates(r, r.logging.every_steps), native_default=10),
     Mapping("run.checkpoint_every", "save_strategy/save_steps",
             lambda r: {"save_strategy": "steps", "save_steps": _updates(r, r.run.checkpoint_every)}
             if r.run.checkpoint_every else {"save_strategy": "no"}),
     Mapping("resources.gradient_checkpointing", "gradient_checkpointing",
-            lambda r: r.resources.gradient_checkpointing, "TRL defaults to True; unirl to the recipe (False)"),
+            lambda r: r.resources.gradient_checkpointing, "TRL defaults to True; unirl to the recipe (False)",
+            native_default=True),
     Mapping("data.max_prompt_tokens", "(dataset truncation)", lambda r: r.data.max_prompt_tokens,
             "TRL removed max_prompt_length; unirl truncates prompts from the left before training"),
 )
@@ -130,19 +146,19 @@ class TrlFramework:
     name = NAME
     description = "Hugging Face TRL GRPOTrainer; in-process, runs on CPU or CUDA"
     capabilities = CAPABILITIES
+    mapping = MAPPING
     options: ClassVar[dict[str, Any]] = asdict(FrameworkOptions(name=NAME))
 
-    def installed_version(self) -> str | None:
+    def installed_version(self, python: str | None = None) -> str | None:
+        if python:
+            return version_in(python, "trl")
         try:
             return md.version("trl")
         except md.PackageNotFoundError:
             return None
 
     def plan(self, recipe: Recipe) -> LaunchPlan:
-        problems: list[FieldError] = []
-        for m in MAPPING:
-            if m.supported is not None and not m.supported(recipe):
-                problems.append(Unsupported(m.recipe_field, _field(recipe, m.recipe_field), NAME, m.supported_text))
+        rows, native, problems = translate(recipe, MAPPING, NAME, self.installed_version() or "1.16")
         if recipe.resources.nodes > 1:
             problems.append(Unsupported("resources.nodes", recipe.resources.nodes, NAME,
                                         "1 node per run from this plugin (multi-node TRL launch is not built yet)"))
@@ -156,17 +172,12 @@ class TrlFramework:
         if problems:
             raise RecipeInvalid(problems, context=f"recipe for {NAME}")
 
-        rows: list[MappedField] = []
         args: dict[str, Any] = {}
-        for m in MAPPING:
-            value = m.convert(recipe)
-            rows.append(MappedField(m.recipe_field, m.native_key, value, m.note))
-            if m.native_key.startswith("("):
-                continue
-            if isinstance(value, dict):
+        for key, value in native.items():
+            if isinstance(value, dict):  # one recipe field that sets several GRPOConfig keys
                 args.update(value)
             else:
-                args[m.native_key] = value
+                args[key] = value
         args.update(FIXED)
         if recipe.model.path.startswith(BUILTIN_PREFIX):
             args["generation_kwargs"] = {"suppress_tokens": BUILTIN_SUPPRESS}
@@ -181,20 +192,33 @@ class TrlFramework:
             "model": {"path": recipe.model.path, "revision": recipe.model.revision, "dtype": recipe.model.dtype},
             "data": {"train": recipe.data.train, "eval": recipe.data.eval},
         }
+        python = recipe.framework.get("python")
         return LaunchPlan(
             framework=NAME,
             framework_version=self.installed_version(),
             entrypoint=ENTRYPOINT,
             native_config=native,
             mapping=rows,
-            command=[recipe.framework.get("python") or "python", "-m", "unirl_trl.runner", "--plan", "plan.json"],
-            in_process=recipe.framework.get("python") is None,
+            command=["python", "-m", "unirl_trl.runner", "--plan", f"{RUN_DIR}/plan.json", "--run-dir", RUN_DIR],
+            in_process=python is None,
             notes=[
                 "held-out evaluation is unirl's (greedy, before/after training), not TRL's eval loop",
                 "output_dir is set to <run dir>/trl at launch",
             ],
             recipe=asdict(recipe),
+            target_version=self.installed_version(),
+            environment=BackendEnvironment(kind="in_process" if python is None else "interpreter",
+                                           python=python or "python", nodes=1,
+                                           gpus_per_node=recipe.resources.gpus_per_node),
         )
+
+    def prepare(self, plan: LaunchPlan, run_dir: Path, host: Any) -> LaunchPlan:
+        """The runner writes its own files; a child-process launch needs the plan file it is pointed at."""
+        resolved = plan.resolve(str(run_dir))
+        if not resolved.in_process:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_json(run_dir / PLAN, resolved.to_dict())
+        return resolved
 
     def validate(self, plan: LaunchPlan) -> None:
         """Construct TRL's own GRPOConfig from the plan: TRL's checks, before any model loads."""

@@ -21,7 +21,7 @@ from unirl.errors import UnirlError
 from unirl.manifest import build_manifest, reward_sources
 from unirl.plan import LaunchPlan
 from unirl.plugins import Host, get_host
-from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe, split_source
+from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
 from unirl.reward_executor import RewardExecutor
 from unirl.reward_spec import spec_from_recipe
 from unirl.rewards import Sample
@@ -142,12 +142,6 @@ def eos_ids(model: Any, tok: Any) -> set[int]:
     return {tok.eos_token_id, *extra}
 
 
-def _recipe_from_plan(plan: LaunchPlan) -> Recipe:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Recipe), plan.recipe))  # type: ignore[return-value]
-
-
 def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     """Train as the plan says and return the run summary (also written to summary.json)."""
     t_start = time.monotonic()
@@ -155,7 +149,7 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
 
     # TRL 1.16 still calls transformers' deprecated is_gradient_checkpointing: noise for the user, not theirs to fix.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    recipe = _recipe_from_plan(plan)
+    recipe = recipe_from_dict(plan.recipe)
     host = get_host()
     hooks = host.pm.hook
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,1 @@
+"""unirl plugin: openrlhf as a backend."""

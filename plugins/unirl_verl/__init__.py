@@ -1,0 +1,1 @@
+"""unirl plugin: verl 0.9 as a backend."""
