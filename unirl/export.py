@@ -115,9 +115,24 @@ def slime_row(row: CanonicalRow) -> dict[str, Any]:
 
 
 def nemo_rl_row(row: CanonicalRow) -> dict[str, Any]:
-    """NeMo RL's response dataset (``input_key: input``, ``output_key: output``) plus unirl's metadata."""
-    return {"input": row.text if isinstance(row.prompt, str) else row.messages, "output": row.reference or "",
-            "data_source": row.data_source, "task_name": "unirl"}
+    """NeMo RL's ResponseDataset row (``input_key: input``, ``output_key: output``), both plain text.
+
+    ResponseDataset makes each row ``[user: input, assistant: output]`` and drops every other column (the task
+    name comes from the file's path; response_dataset.py:54-85 @ v0.7.0); math_hf_data_processor then renders
+    ``input`` with the chat template and hands ``output`` to the environment as ``ground_truth``
+    (processors.py:389-392). A chat prompt therefore has to be one user message, whose content is the input.
+    ``data_source`` stays in the file for people reading it; NeMo RL does not pass it on.
+    """
+    if isinstance(row.prompt, str):
+        text = row.prompt
+    elif len(row.prompt) == 1 and row.prompt[0].get("role") == "user":
+        text = str(row.prompt[0].get("content", ""))
+    else:
+        roles = [m.get("role") for m in row.prompt]
+        raise FieldError(f"data.{row.split}", f"row {row.index} with messages {roles}",
+                         "NeMo RL's math_hf_data_processor takes one user message per prompt (a system prompt only "
+                         "from a file for the whole dataset)")
+    return {"input": text, "output": row.reference or "", "data_source": row.data_source}
 
 
 FORMATS: dict[str, tuple[Callable[[CanonicalRow], dict[str, Any]], str]] = {

@@ -8,6 +8,7 @@ capabilities, mapping table, ``plan`` and a key schema; nothing here knows a par
 from __future__ import annotations
 
 import importlib.metadata as md
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -139,12 +140,20 @@ class NativeFramework:
 
     # --- validation -----------------------------------------------------------------------------------
 
+    def check_in_backend(self, plans: list[LaunchPlan], **extra: Any) -> list[dict[str, Any]]:
+        """Run the plugin's check module on ``plans`` in the backend's own interpreter (one process for all)."""
+        if not self.check_module:
+            raise UnirlError(f"{self.name} has no check that runs in its own interpreter")
+        python = python_option(self.name, plans[0].recipe.get("framework", {})) if plans else None
+        result = run_check(python or sys.executable, self.check_module,
+                           {"plans": [p.to_dict() for p in plans], **extra}, [*CORE_PACKAGES, self.plugin_package])
+        return [{**r, "version": result.get("version")} for r in result.get("results", [result])]
+
     def validate(self, plan: LaunchPlan) -> None:
         """Against the backend's own code where it is installed, else against the plugin's key schema."""
         python = python_option(self.name, plan.recipe.get("framework", {}))
         if self.check_module and plan.environment.kind != "image" and self.installed_version(python):
-            result = run_check(python or "python", self.check_module, plan.to_dict(),
-                               [*CORE_PACKAGES, self.plugin_package])
+            [result] = self.check_in_backend([plan])
             if result.get("problems"):
                 lines = "\n".join(f"  - {p}" for p in result["problems"])
                 raise UnirlError(f"{self.name} {result.get('version')} rejected the generated configuration "

@@ -139,7 +139,8 @@ def print_frameworks(host: Any, as_json: bool) -> None:
                       r["custom_reward"],
                       "needs one" if r["needs_gpu"] else "optional (runs on CPU)")
     console().print(table)
-    console().print("installed: looked up in framework.python's interpreter, else $UNIRL_<NAME>_PYTHON, else unirl's own",
+    console().print("installed: looked up in framework.python's interpreter, else $UNIRL_<NAME>_PYTHON, else "
+                    "unirl's own",
                     markup=False)
 
 

@@ -29,7 +29,8 @@ from unirl.versions import matches
 
 NAME = "openrlhf"
 CAPABILITIES = Capabilities(
-    native_algorithms=("PPO", "GRPO (group_norm)", "Dr. GRPO", "REINFORCE++", "REINFORCE++-baseline", "RLOO", "GSPO loss", "DPO/SFT/RM (other entry points)"),
+    native_algorithms=("PPO", "GRPO (group_norm)", "Dr. GRPO", "REINFORCE++", "REINFORCE++-baseline", "RLOO",
+                       "GSPO loss", "DPO/SFT/RM (other entry points)"),
     algorithms=("grpo",),
     rollout_engines=("vllm",),
     placement=("colocated (--train.colocate_all, hybrid engine)", "disaggregated (vLLM engines on their own GPUs)"),

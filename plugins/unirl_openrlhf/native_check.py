@@ -46,13 +46,14 @@ def main() -> None:
     import importlib.metadata as md
 
     payload = json.loads(sys.stdin.read())
-    plan = LaunchPlan.from_dict(payload.get("plan", payload))
-    result: dict[str, Any] = {"version": md.version("openrlhf")}
-    try:
-        result.update(check(plan))
-    except Exception:
-        result.update(problems=[f"checker crashed: {traceback.format_exc()}"], checked=[])
-    print(json.dumps(result))
+    plans = payload.get("plans") or [payload.get("plan", payload)]  # one interpreter for many plans (fuzz test)
+    outcomes = []
+    for one in plans:
+        try:
+            outcomes.append(check(LaunchPlan.from_dict(one)))
+        except Exception:
+            outcomes.append({"problems": [f"checker crashed: {traceback.format_exc()}"], "checked": []})
+    print(json.dumps({"version": md.version("openrlhf"), **outcomes[0], "results": outcomes}))
 
 
 if __name__ == "__main__":

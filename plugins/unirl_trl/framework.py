@@ -24,7 +24,8 @@ NAME = "trl"
 ENTRYPOINT = "unirl_trl.runner:run"
 
 CAPABILITIES = Capabilities(
-    native_algorithms=("GRPO (grpo, dapo, dr_grpo, bnpo, cispo, sapo losses)", "GSPO", "RLOO", "DPO", "SFT", "reward modelling", "experimental PPO / online DPO / GKD"),
+    native_algorithms=("GRPO (grpo, dapo, dr_grpo, bnpo, cispo, sapo losses)", "GSPO", "RLOO", "DPO", "SFT",
+                       "reward modelling", "experimental PPO / online DPO / GKD"),
     algorithms=("grpo",),
     rollout_engines=("hf", "vllm"),
     placement=("colocated", "disaggregated (vLLM server mode)"),

@@ -21,7 +21,8 @@ from unirl.versions import matches
 
 NAME = "verl"
 CAPABILITIES = Capabilities(
-    native_algorithms=("PPO", "GRPO", "GSPO", "DAPO", "Dr. GRPO", "REINFORCE++", "RLOO", "ReMax", "GPG", "CISPO", "SAPO"),
+    native_algorithms=("PPO", "GRPO", "GSPO", "DAPO", "Dr. GRPO", "REINFORCE++", "RLOO", "ReMax", "GPG", "CISPO",
+                       "SAPO"),
     algorithms=("grpo",),
     rollout_engines=("vllm", "sglang"),
     placement=("colocated (hybrid engine)", "disaggregated (trainer.v1.trainer_mode=separate_async)"),

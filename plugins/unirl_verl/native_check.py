@@ -49,6 +49,7 @@ def check(plan: dict[str, Any], run_dir: str, load_data: bool) -> tuple[list[str
         checked.append("verl.utils.config.validate_config")
     except Exception as exc:
         problems.append(f"validate_config: {type(exc).__name__}: {exc}")
+    fn = None
     try:
         from verl.trainer.ppo.reward import get_custom_reward_fn
 
@@ -56,7 +57,11 @@ def check(plan: dict[str, Any], run_dir: str, load_data: bool) -> tuple[list[str
         if fn is None:
             problems.append("reward: verl found no custom reward function in the composed config")
         else:
-            checked.append(f"reward function loaded by verl: {getattr(fn, 'func', fn).__module__}")
+            # verl wraps the function with the config's reward_kwargs: partial(_call_with_kwargs, raw_fn, kwargs).
+            raw = fn.args[0] if getattr(fn, "args", None) else fn
+            kwargs = fn.args[1] if len(getattr(fn, "args", ())) > 1 else {}
+            checked.append(f"reward function loaded by verl: {raw.__module__}.{raw.__name__} "
+                           f"with reward_kwargs {sorted(kwargs)}")
     except Exception as exc:
         problems.append(f"reward: verl could not load the custom reward function: {type(exc).__name__}: {exc}")
     if load_data:
@@ -68,8 +73,12 @@ def check(plan: dict[str, Any], run_dir: str, load_data: bool) -> tuple[list[str
             dataset = create_rl_dataset(cfg.data.train_files, cfg.data, tok, None, is_train=True)
             item = dataset[0]
             checked.append(f"verl RLHFDataset read {len(dataset)} rows; row 0 keys {sorted(item)}")
+            # Score row 0's reference as its answer through the function verl loaded, as its reward loop calls it.
+            scored = fn(data_source=item["data_source"], solution_str=str(item["reward_model"]["ground_truth"]),
+                        ground_truth=item["reward_model"]["ground_truth"], extra_info=dict(item["extra_info"]))
+            checked.append(f"reward of row 0's reference answer through verl's loaded function: {scored}")
         except Exception as exc:
-            problems.append(f"data: verl could not read the exported parquet: {type(exc).__name__}: {exc}")
+            problems.append(f"data: verl could not read or score the exported parquet: {type(exc).__name__}: {exc}")
     return problems, [*checked, f"verl {md.version('verl')}"]
 
 
@@ -102,13 +111,17 @@ def main() -> None:
     import importlib.metadata as md
 
     result: dict[str, Any] = {"version": md.version("verl")}
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            run_dir = payload.get("run_dir") or tmp
-            problems, checked = check(plan, run_dir, bool(payload.get("load_data")))
-        result.update(problems=problems, checked=checked)
-    except Exception:
-        result.update(problems=[f"checker crashed: {traceback.format_exc()}"], checked=[])
+    plans = payload.get("plans") or [plan]  # many plans share one import of verl (the fuzz test sends dozens)
+    outcomes = []
+    for one in plans:
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                run_dir = payload.get("run_dir") or tmp
+                problems, checked = check(one, run_dir, bool(payload.get("load_data")))
+            outcomes.append({"problems": problems, "checked": checked})
+        except Exception:
+            outcomes.append({"problems": [f"checker crashed: {traceback.format_exc()}"], "checked": []})
+    result.update(outcomes[0], results=outcomes)
     print(json.dumps(result))
 
 

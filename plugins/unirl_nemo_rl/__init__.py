@@ -1,0 +1,1 @@
+"""unirl plugin: NeMo RL 0.7 as a backend."""

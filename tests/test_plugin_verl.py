@@ -1,0 +1,182 @@
+"""The verl plugin: one recipe becomes verl 0.9's Hydra overrides with honest batch semantics; what verl cannot
+do is refused by field; and, in verl's own venv, the generated overrides compose with verl's shipped config, pass
+its validate_config, load unirl's reward function, and the exported parquet goes through verl's RL dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from unirl_verl.framework import MAPPING, VerlFramework
+from unirl_verl.schema import known_keys, unknown_keys
+
+from tests.backend_recipes import gpu_recipe
+from tests.helpers import REPO, backend_python
+from unirl.errors import RecipeInvalid
+from unirl.framework import translate
+from unirl.plugins import get_host
+
+VERL = VerlFramework()
+
+
+def overrides(**changes: object) -> dict[str, object]:
+    return VERL.plan(gpu_recipe("verl", **changes)).native_config["overrides"]
+
+
+def test_batches_count_prompts_for_verl_and_completions_per_gpu() -> None:
+    o = overrides(algorithm={"prompts_per_step": 32, "samples_per_prompt": 8, "mini_batches_per_step": 4,
+                             "micro_batch_size": 4})
+    assert o["data.train_batch_size"] == 32  # prompts
+    assert o["actor_rollout_ref.rollout.n"] == 8
+    assert o["actor_rollout_ref.actor.ppo_mini_batch_size"] == 8  # 32 prompts / 4 mini-batches, still prompts
+    assert o["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 4  # completions on one GPU
+    assert o["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] == 4
+    default_micro = overrides(algorithm={"prompts_per_step": 32, "samples_per_prompt": 8, "mini_batches_per_step": 4})
+    assert default_micro["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 256 // 4 // 8
+
+
+def test_the_reward_goes_under_reward_custom_reward_function_never_the_ignored_legacy_keys() -> None:
+    o = overrides()
+    assert o["reward.custom_reward_function.path"] == "pkg://unirl.adapters.verl"
+    assert o["+reward.custom_reward_function.reward_kwargs.unirl_spec"] == "{run_dir}/reward_spec.json"
+    assert not any(k.startswith("custom_reward_function") for k in o)
+    # The version gate: translating for verl 0.8 picks the top-level keys that version reads.
+    _, legacy, _ = translate(gpu_recipe("verl"), MAPPING, "verl", "0.8.5")
+    assert "custom_reward_function.path" in legacy and "reward.custom_reward_function.path" not in legacy
+
+
+def test_kl_and_clip_and_loss_follow_verl_names() -> None:
+    o = overrides(algorithm={"kl_coef": 0.01, "kl_estimator": "k3", "clip_high": 0.28,
+                             "loss_aggregation": "seq_mean_token_sum_norm", "advantage_norm": "none"})
+    assert o["actor_rollout_ref.actor.use_kl_loss"] is True
+    assert o["actor_rollout_ref.actor.kl_loss_type"] == "low_var_kl"
+    assert o["actor_rollout_ref.actor.clip_ratio_high"] == 0.28
+    assert o["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-sum-norm"
+    assert o["algorithm.norm_adv_by_std_in_grpo"] is False
+    assert o["algorithm.use_kl_in_reward"] is False
+
+
+def test_what_verl_cannot_do_is_refused_naming_each_field() -> None:
+    recipe = gpu_recipe("verl", engine="hf", gpus=0, algorithm={"advantage_norm": "batch", "lr_schedule": "linear"},
+                        rollout={"colocated": False}, data={"chat_template": False})
+    with pytest.raises(RecipeInvalid) as info:
+        VERL.plan(recipe)
+    text = str(info.value)
+    for field in ("rollout.engine='hf'", "resources.gpus_per_node=0", "algorithm.advantage_norm='batch'",
+                  "algorithm.lr_schedule='linear'", "rollout.colocated=False", "data.chat_template=False"):
+        assert field in text
+    assert "vllm and sglang" in text and "constant and cosine" in text
+
+
+def test_an_unsupported_verl_version_is_refused() -> None:
+    with pytest.raises(RecipeInvalid, match=r"framework.version='0.10.0'.*verl >=0.9,<0.10"):
+        VERL.plan(gpu_recipe("verl", options={"version": "0.10.0"}))
+
+
+def test_the_key_schema_catches_a_misspelled_override_without_verl() -> None:
+    plan = VERL.plan(gpu_recipe("verl", options={"overrides": {"actor_rollout_ref": {"actor": {"kl_loss_coeff": 1}}}}))
+    problems = unknown_keys(plan.native_config["overrides"])
+    assert problems == ["actor_rollout_ref.actor.kl_loss_coeff: not a key of verl 0.9.1's ppo_trainer config"]
+    assert unknown_keys(overrides()) == []
+    assert "actor_rollout_ref.actor.kl_loss_coef" in known_keys()
+
+
+def test_the_launch_command_is_main_ppo_with_hydra_overrides() -> None:
+    plan = VERL.plan(gpu_recipe("verl"))
+    assert plan.command[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert "trainer.logger=[console]" in plan.command
+    assert "data.train_files='{run_dir}/data/train.parquet'" in plan.command
+    assert [d.format for d in plan.data] == ["verl_parquet", "verl_parquet"]
+    assert plan.data[0].rows == 10 * 8  # steps x prompts_per_step, in the seeded order
+    resolved = plan.resolve("/runs/x")
+    assert "data.train_files='/runs/x/data/train.parquet'" in resolved.command
+
+
+def test_launch_fails_before_starting_when_the_gpus_are_missing(tmp_path: Path) -> None:
+    plan = VERL.plan(gpu_recipe("verl"))
+    with pytest.raises(Exception, match=r"verl expects 8 GPU\(s\) on this node .* and found 0"):
+        VERL.prepare(plan, tmp_path / "run", get_host())
+    assert not (tmp_path / "run").exists()  # nothing was written
+
+
+# --- in verl's own environment ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def verl_python(monkeypatch: pytest.MonkeyPatch) -> Path:
+    python = backend_python("verl")
+    monkeypatch.setenv("UNIRL_VERL_PYTHON", str(python))
+    return python
+
+
+VARIANTS = {
+    "default": {},
+    "kl_minibatches": {"algorithm": {"kl_coef": 0.001, "mini_batches_per_step": 4, "micro_batch_size": 2,
+                                     "epochs_per_batch": 2, "lr_schedule": "cosine", "warmup_steps": 5}},
+    "two_nodes_sglang": {"nodes": 2, "engine": "sglang", "rollout": {"tensor_parallel": 2},
+                         "algorithm": {"prompts_per_step": 16}},
+    "dr_grpo_like": {"algorithm": {"loss_aggregation": "seq_mean_token_sum_norm", "advantage_norm": "none",
+                                   "clip_high": 0.28}, "data": {"max_prompt_tokens": 1024}},
+}
+
+
+@pytest.mark.verl
+@pytest.mark.slow
+def test_generated_overrides_compose_and_pass_verls_own_validation(verl_python: Path) -> None:
+    plans = [VERL.plan(gpu_recipe("verl", **changes)) for changes in VARIANTS.values()]
+    results = VERL.check_in_backend(plans)
+    for name, result in zip(VARIANTS, results, strict=True):
+        assert result["problems"] == [], (name, result)
+        assert any("validate_config" in c for c in result["checked"])
+        assert any("reward function loaded by verl: unirl.adapters.verl" in c for c in result["checked"])
+        assert result["version"] == "0.9.1"
+
+
+@pytest.mark.verl
+@pytest.mark.slow
+def test_verl_rejects_what_it_would_reject_at_launch(verl_python: Path) -> None:
+    misspelled = VERL.plan(gpu_recipe("verl", options={"overrides": {"trainer": {"n_gpu_per_node": 8}}}))
+    too_big = VERL.plan(gpu_recipe("verl", options={"overrides": {
+        "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 64}}}}))
+    bad, big = VERL.check_in_backend([misspelled, too_big])
+    assert "Could not override 'trainer.n_gpu_per_node'" in bad["problems"][0]
+    assert any("validate_config" in p for p in big["problems"]), big
+    with pytest.raises(Exception, match="rejected the generated configuration"):
+        VERL.validate(too_big)
+
+
+@pytest.mark.verl
+@pytest.mark.slow
+def test_key_snapshot_matches_the_installed_verl(verl_python: Path) -> None:
+    import subprocess
+
+    out = subprocess.run([str(verl_python), "-m", "unirl_verl.native_check", "--keys"], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "plugins")}, timeout=300)
+    live = json.loads(out.stdout)
+    assert live["verl"] == "0.9.1"
+    assert set(live["keys"]) == set(known_keys())
+
+
+@pytest.mark.verl
+@pytest.mark.slow
+def test_prepared_run_directory_is_read_and_scored_by_verls_own_code(verl_python: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare() writes the parquet, the builtin model, the reward spec and the light core; verl's RLHFDataset
+    reads the parquet with the exported tokenizer, and verl's loaded reward function scores a row."""
+    import unirl.native
+
+    monkeypatch.setattr(unirl.native, "check_gpus", lambda *a: None)  # this machine has no GPU; the rest is real
+    plan = VERL.plan(gpu_recipe("verl", algorithm={"steps": 3, "prompts_per_step": 8}))
+    run_dir = tmp_path / "run"
+    resolved = VERL.prepare(plan, run_dir, get_host())
+    assert (run_dir / "data" / "train.parquet").is_file() and (run_dir / "model" / "config.json").is_file()
+    assert (run_dir / "unirl_core" / "unirl" / "adapters" / "verl.py").is_file()
+    assert json.loads((run_dir / "reward_spec.json").read_text())["policy"]["on_error"] == "fallback"
+    [result] = VERL.check_in_backend([resolved], run_dir=str(run_dir), load_data=True)
+    assert result["problems"] == [], result
+    read = next(c for c in result["checked"] if c.startswith("verl RLHFDataset read"))
+    assert read.startswith("verl RLHFDataset read 24 rows")  # steps x prompts_per_step
+    scored = next(c for c in result["checked"] if c.startswith("reward of row 0"))
+    assert "{'score': 1.0, 'math_answer': 1.0" in scored  # the reference answer is right by math_answer
