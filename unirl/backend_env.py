@@ -108,7 +108,7 @@ def launch_command(plan: LaunchPlan, run_dir: Path) -> tuple[list[str], dict[str
     if env_spec.kind == "interpreter":
         return [env_spec.python if c == "python" else c for c in command], env
     command = [env_spec.python if c == "python" else c for c in command]
-    mounts = sorted({str(run_dir), *env_spec.reward_paths})
+    mounts = sorted({str(run_dir), *env_spec.reward_paths, *env_spec.mounts})
     if env_spec.container_runtime == "apptainer":
         wrapped = ["apptainer", "exec", "--nv", "--cleanenv"]
         for m in mounts:

@@ -26,7 +26,7 @@ from unirl.backend_env import (
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.framework import OMIT, Capabilities, FrameworkOptions, Mapping, translate
 from unirl.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
-from unirl.recipe import Recipe, recipe_from_dict
+from unirl.recipe import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, recipe_from_dict
 from unirl.run import NATIVE_CONFIG, PLAN, write_json
 
 SPEC_FILE = "reward_spec.json"
@@ -109,7 +109,8 @@ class NativeFramework:
             container_runtime=options.get("container_runtime", "docker") if image else None,
             nodes=recipe.resources.nodes, gpus_per_node=recipe.resources.gpus_per_node,
             light_core=[*CORE_PACKAGES, self.plugin_package],
-            reward_paths=sorted({str(Path(s.file).expanduser().resolve().parent) for s in recipe.rewards if s.file}))
+            reward_paths=sorted({str(Path(s.file).expanduser().resolve().parent) for s in recipe.rewards if s.file}),
+            mounts=local_inputs(recipe))
 
     def overrides(self, recipe: Recipe) -> list[MappedField]:
         """The ``framework.overrides`` escape hatch, shown as rows like the mapped fields.
@@ -194,6 +195,14 @@ class NativeFramework:
 
     def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
         """Plugin-specific files (a reward module, a config file); the plan's ``files`` say which."""
+
+
+def local_inputs(recipe: Recipe) -> list[str]:
+    """A local model directory: a container sees only what is bound into it."""
+    path = recipe.model.path
+    if path.startswith((BUILTIN_PREFIX, HUB_PREFIX)) or not is_local_path(path):
+        return []
+    return [str(Path(path).expanduser().resolve())]
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

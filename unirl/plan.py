@@ -55,6 +55,8 @@ class BackendEnvironment:
     """unirl packages staged into the run directory and put on PYTHONPATH there (no pip install needed)."""
     reward_paths: list[str] = field(default_factory=list)
     """Directories of the recipe's reward files, also put on PYTHONPATH in the backend's environment."""
+    mounts: list[str] = field(default_factory=list)
+    """Local directories the backend reads besides the run directory (a local model), bound into a container."""
 
 
 @dataclass

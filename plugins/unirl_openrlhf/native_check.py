@@ -23,8 +23,36 @@ from unirl_openrlhf.parser_schema import train_time_problems, validate
 from unirl_openrlhf.resources import demand_problems
 
 
-def check(plan: LaunchPlan) -> dict[str, Any]:
-    argv = [a.replace("{run_dir}", "/tmp/unirl-check") for a in plan.command[3:]]
+def read_and_score(args: Any, run_dir: str) -> list[str]:
+    """The exported prompts through OpenRLHF's own dataset code, and row 0's reference scored by the reward file
+    unirl generated for ``--reward.remote_url`` (loaded by path, as OpenRLHF's engine actors load it)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from openrlhf.datasets import PromptDataset
+    from openrlhf.datasets.utils import blending_datasets
+    from transformers import AutoTokenizer
+
+    strategy = SimpleNamespace(args=args, print=lambda *a, **k: None, is_rank_0=lambda: True)
+    data = blending_datasets(args.data.prompt_dataset, None, strategy, args.train.seed,
+                             max_count=args.data.max_samples, dataset_split=args.data.prompt_split)
+    tokenizer = AutoTokenizer.from_pretrained(args.actor.model_name_or_path)
+    dataset = PromptDataset(data, tokenizer, strategy, input_template=args.data.input_template)
+    item = dataset[0]
+    seen = [f"OpenRLHF PromptDataset read {len(dataset)} rows; row 0 = {item!r}"]
+    [reward_file] = args.reward.remote_url
+    spec = importlib.util.spec_from_file_location("unirl_openrlhf_reward_check", reward_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    datasource, prompt, label = item[0], item[1], item[2]
+    out = module.reward_func([prompt + str(label) + tokenizer.eos_token], [prompt], [label])
+    seen.append(f"reward of row 0's reference answer ({datasource}): {float(out['rewards'])}")  # one sample: a number
+    return seen
+
+
+def check(plan: LaunchPlan, run_dir: str | None = None) -> dict[str, Any]:
+    argv = [a.replace("{run_dir}", run_dir or "/tmp/unirl-check") for a in plan.command[3:]]
     problems: list[str] = []
     checked = [f"argparse: {len(argv)} arguments through OpenRLHF's own parser"]
     stderr = io.StringIO()
@@ -39,6 +67,11 @@ def check(plan: LaunchPlan) -> dict[str, Any]:
     problems += train_time_problems(args)
     problems += demand_problems(plan.native_config["flags"], plan.environment)
     checked.append("train() checks after ray.init, and Ray GPU demand")
+    if run_dir:
+        try:
+            checked += read_and_score(args, run_dir)
+        except Exception as exc:
+            problems.append(f"data: OpenRLHF could not read or score the exported prompts: {type(exc).__name__}: {exc}")
     return {"problems": problems, "checked": checked, "warnings": printed}
 
 
@@ -50,7 +83,7 @@ def main() -> None:
     outcomes = []
     for one in plans:
         try:
-            outcomes.append(check(LaunchPlan.from_dict(one)))
+            outcomes.append(check(LaunchPlan.from_dict(one), payload.get("run_dir")))
         except Exception:
             outcomes.append({"problems": [f"checker crashed: {traceback.format_exc()}"], "checked": []})
     print(json.dumps({"version": md.version("openrlhf"), **outcomes[0], "results": outcomes}))
