@@ -1,0 +1,128 @@
+"""Fuzzing the translation: every recipe unirl accepts yields a plan the backend accepts, and every recipe a
+backend cannot run is refused by unirl, with a field-naming error, before anything launches.
+
+Hypothesis draws recipes across the batch, placement, algorithm and data fields. A draw either fails unirl's
+validation or the plugin's ``plan`` with a :class:`FieldError` (refused before launch), or produces a plan, which
+must then pass the plugin's key schema here and, for verl and OpenRLHF, the backend's own composition, parser
+and checks in its own venv (one interpreter for the whole batch). A plugin crash is a failure too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.backend_recipes import gpu_recipe
+from tests.helpers import backend_python
+from unirl.errors import FieldError, RecipeInvalid, UnirlError
+from unirl.plan import LaunchPlan
+from unirl.plugins import get_host
+from unirl.recipe import Recipe, validate
+
+BACKENDS = ("verl", "openrlhf", "nemo_rl", "slime", "vime")
+# Options a backend needs that are not about the recipe (slime/vime need Megatron's architecture flags).
+MEGATRON_TINY = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128",
+                 "--swiglu", "--normalization", "RMSNorm", "--use-rotary-position-embeddings", "--vocab-size", "32"]
+OPTIONS: dict[str, dict[str, Any]] = {"slime": {"model_args": MEGATRON_TINY}, "vime": {"model_args": MEGATRON_TINY}}
+
+
+def mostly(common: Any, *others: Any) -> st.SearchStrategy[Any]:
+    """The common value three times in four: each backend refuses some rare values, and a draw must often pass
+    every field at once to reach the backend's own checks."""
+    return st.sampled_from([common, common, common, *others]) if len(others) <= 1 else st.one_of(
+        st.just(common), st.just(common), st.just(common), st.sampled_from(list(others)))
+
+
+@st.composite
+def recipes(draw: st.DrawFn, framework: str) -> Recipe:
+    gpus = draw(st.sampled_from([1, 2, 4, 8]))
+    colocated = draw(st.booleans())
+    recipe = gpu_recipe(
+        framework, engine=draw(mostly("vllm", "sglang", "hf")), nodes=draw(st.sampled_from([1, 2])),
+        gpus=gpus,
+        algorithm={
+            "steps": draw(st.integers(1, 50)),
+            "prompts_per_step": draw(st.sampled_from([1, 2, 4, 8, 16, 32])),
+            "samples_per_prompt": draw(st.sampled_from([2, 4, 8, 16])),
+            "mini_batches_per_step": draw(st.sampled_from([1, 2, 4])),
+            "micro_batch_size": draw(st.sampled_from([None, 1, 2, 4, 8])),
+            "epochs_per_batch": draw(mostly(1, 2)),
+            "kl_coef": draw(st.sampled_from([0.0, 0.001, 0.05])),
+            "kl_estimator": draw(st.sampled_from(["k1", "k2", "k3", "low_var_kl"])),
+            "loss_aggregation": draw(mostly("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")),
+            "advantage_norm": draw(mostly("group", "batch", "none")),
+            "lr_schedule": draw(mostly("constant", "linear", "cosine")),
+            "warmup_steps": draw(mostly(0, 2, 5)),
+            "clip_high": draw(st.sampled_from([None, 0.28])),
+            "entropy_coef": draw(mostly(0.0, 0.001)),
+            "max_new_tokens": draw(st.sampled_from([16, 256])),
+        },
+        rollout={"colocated": colocated, "tensor_parallel": draw(st.sampled_from([1, 2])),
+                 "gpus": None if colocated else draw(st.sampled_from([None, 1, 2, 4]))},
+        data={"chat_template": draw(mostly(True, False)), "max_prompt_tokens": draw(mostly(None, 512))},
+        options=OPTIONS.get(framework),
+    )
+    return replace(recipe, eval=replace(recipe.eval, greedy=draw(mostly(False, True))))
+
+
+def outcome(framework: str, recipe: Recipe) -> LaunchPlan | None:
+    """The plan, or None when unirl refused the recipe with a field-naming error (before any launch)."""
+    host = get_host()
+    try:
+        validate(recipe, known_rewards=host.rewards.names())
+        return host.frameworks.get(framework).plan(recipe)
+    except RecipeInvalid as exc:
+        assert exc.problems and all(p.field for p in exc.problems)
+        return None
+    except FieldError as exc:
+        assert exc.field
+        return None
+
+
+def accepted_plans(framework: str, examples: int) -> list[LaunchPlan]:
+    """Plans for every drawn recipe unirl accepts; each must already fit the plugin's key schema."""
+    plans: list[LaunchPlan] = []
+
+    @settings(max_examples=examples, derandomize=True, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(recipes(framework))
+    def draw(recipe: Recipe) -> None:
+        plan = outcome(framework, recipe)
+        if plan is not None:
+            problems = get_host().frameworks.get(framework).schema_problems(plan)
+            assert problems == [], (recipe, problems)
+            plans.append(plan)
+
+    draw()
+    return plans
+
+
+@pytest.mark.parametrize("framework", BACKENDS)
+def test_every_accepted_recipe_fits_the_backends_key_schema(framework: str) -> None:
+    plans = accepted_plans(framework, 300)
+    assert len(plans) >= 5, f"the strategy should reach accepted recipes for {framework}, got {len(plans)}"
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
+def test_every_accepted_recipe_passes_the_backends_own_checks(framework: str, monkeypatch: pytest.MonkeyPatch,
+                                                              request: pytest.FixtureRequest) -> None:
+    request.applymarker(getattr(pytest.mark, framework))
+    request.applymarker(pytest.mark.slow)
+    monkeypatch.setenv(f"UNIRL_{framework.upper()}_PYTHON", str(backend_python(framework)))
+    plans = accepted_plans(framework, 150)
+    assert len(plans) >= 20
+    results = get_host().frameworks.get(framework).check_in_backend(plans)
+    rejected = [(plan.recipe["algorithm"], plan.recipe["rollout"], plan.recipe["resources"], r["problems"])
+                for plan, r in zip(plans, results, strict=True) if r["problems"]]
+    assert rejected == [], f"{len(rejected)} of {len(plans)} plans unirl accepted were rejected by {framework}"
+
+
+def test_a_plugin_error_is_a_unirl_error_never_a_crash() -> None:
+    """A sanity check of the property above: an impossible recipe is refused with field names, not a traceback."""
+    recipe = gpu_recipe("verl", gpus=3, algorithm={"prompts_per_step": 1, "samples_per_prompt": 2})
+    with pytest.raises(UnirlError, match="do not split evenly over 3 devices"):
+        validate(recipe, known_rewards=["math_answer"])
