@@ -41,8 +41,9 @@ def mostly(common: Any, *others: Any) -> st.SearchStrategy[Any]:
 def recipes(draw: st.DrawFn, framework: str) -> Recipe:
     gpus = draw(st.sampled_from([1, 2, 4, 8]))
     colocated = draw(st.booleans())
+    native_engine = get_host().frameworks.get(framework).capabilities.rollout_engines[0]
     recipe = gpu_recipe(
-        framework, engine=draw(mostly("vllm", "sglang", "hf")), nodes=draw(st.sampled_from([1, 2])),
+        framework, engine=draw(mostly(native_engine, *sorted({"vllm", "sglang", "hf"} - {native_engine}))), nodes=draw(st.sampled_from([1, 2])),
         gpus=gpus,
         algorithm={
             "steps": draw(st.integers(1, 50)),
