@@ -36,6 +36,8 @@ from unirl.versions import matches
 
 NAME = "nemo_rl"
 CAPABILITIES = Capabilities(
+    native_algorithms=("GRPO", "DAPO", "GSPO", "CISPO", "GDPO", "REINFORCE++", "RLOO", "PPO (critic)", "DPO",
+                       "SFT", "reward modelling", "on-policy distillation"),
     algorithms=("grpo",),
     rollout_engines=("vllm",),
     placement=("colocated (policy.generation.colocated.enabled=true)",

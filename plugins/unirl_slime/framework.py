@@ -403,6 +403,8 @@ def launch_script(python: str, options: dict[str, Any], args: list[str], script:
 # --- slime ------------------------------------------------------------------------------------------------------------
 
 SLIME_CAPABILITIES = Capabilities(
+    native_algorithms=("GRPO", "GSPO", "CISPO", "REINFORCE++", "REINFORCE++-baseline", "PPO (critic)",
+                       "on-policy distillation", "SFT loss"),
     algorithms=("grpo",),
     rollout_engines=("sglang",),
     placement=("colocated (--colocate, offloading in turn)", "disaggregated (--rollout-num-gpus)"),
@@ -442,6 +444,7 @@ class SlimeFramework(SlimeFamily):
 VIME_CAPABILITIES = replace(
     SLIME_CAPABILITIES,
     rollout_engines=("vllm",),
+    native_algorithms=("GRPO", "GSPO", "REINFORCE++", "REINFORCE++-baseline", "PPO (critic)", "TIS"),
     tested_version="035f98340b31",
     install="docker pull inferactinc/public:vime-latest (vime preinstalled at /root/vime)",
     image="inferactinc/public:vime-latest",

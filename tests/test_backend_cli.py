@@ -1,0 +1,111 @@
+"""The verbs that compare and choose backends, as users type them: diff, frameworks, advise, and the headline
+command on a machine without the GPUs a backend needs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, run_cli, run_dirs
+
+GPU = ["resources.gpus_per_node=8", "rollout.engine=vllm", "data.chat_template=true"]
+
+
+def test_headline_command_names_what_the_default_recipe_lacks_for_a_gpu_backend(isolated: Path) -> None:
+    out = run_cli("+framework=openrlhf", "recipe=grpo_math")
+    assert out.returncode == 2
+    assert "resources.gpus_per_node=0: not supported by openrlhf" in out.stderr
+    assert "rollout.engine='hf': not supported by openrlhf; openrlhf supports vllm" in out.stderr
+    assert run_dirs(isolated / "runs") == []  # refused before any run directory exists
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
+def test_launch_without_the_gpus_fails_before_starting_and_says_what_it_expected(isolated: Path,
+                                                                                framework: str) -> None:
+    out = run_cli(f"+framework={framework}", "recipe=grpo_math", *GPU)
+    assert out.returncode == 2, out.stderr
+    assert f"{framework} expects 8 GPU(s) on this node (resources.gpus_per_node=8) and found 0" in out.stderr
+    assert "nothing was started" in out.stderr
+    assert not list((isolated / "runs").rglob("reward_spec.json"))  # the check comes before any file is written
+
+
+def test_diff_shows_each_field_on_both_backends_with_their_own_defaults() -> None:
+    out = run_cli("diff", "verl", "openrlhf", "--json", *GPU, "algorithm.kl_coef=0.01")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    rows = {r["recipe_field"]: r for r in result["fields"]}
+    lr = rows["algorithm.lr"]
+    assert lr["verl"][0]["key"] == "actor_rollout_ref.actor.optim.lr" and lr["openrlhf"][0]["key"] == "actor.adam.lr"
+    assert lr["verl"][0]["value"] == lr["openrlhf"][0]["value"] == 2e-4
+    # Both set the KL coefficient from the recipe; left to themselves they would use different defaults.
+    kl = rows["algorithm.kl_coef"]
+    assert kl["defaults_differ"] is True
+    assert {e["default"] for e in kl["verl"]} >= {0.001} and {e["default"] for e in kl["openrlhf"]} >= {0.01}
+    batch = rows["algorithm.prompts_per_step"]
+    assert batch["verl"][0]["key"] == "data.train_batch_size" and batch["openrlhf"][0]["key"] == "rollout.batch_size"
+    assert result["left"]["refused"] == [] and result["right"]["refused"] == []
+    assert "training_backends" in result["capabilities"]
+
+
+def test_diff_says_what_one_backend_supports_and_the_other_refuses() -> None:
+    out = run_cli("diff", "trl", "verl")
+    assert out.returncode == 0, out.stderr
+    assert "verl refuses: rollout.engine='hf': not supported by verl; verl supports vllm and sglang" in out.stdout
+    assert "trl refuses" not in out.stdout
+    assert "learning_rate" in out.stdout and "actor_rollout_ref.actor.optim.lr" in out.stdout
+
+
+def test_diff_needs_two_known_frameworks() -> None:
+    out = run_cli("diff", "verl")
+    assert out.returncode == 2 and "usage: unirl diff FRAMEWORK_A FRAMEWORK_B" in out.stderr
+    out = run_cli("diff", "verl", "nope")
+    assert out.returncode == 2 and "unknown framework 'nope'" in out.stderr
+
+
+def test_frameworks_matrix_covers_every_backend_and_reads_installed_versions_where_pointed(tmp_path: Path) -> None:
+    verl = REPO / ".venvs" / "verl" / "bin" / "python"  # built by scripts/backend_venv.sh (always in CI)
+    env = {"UNIRL_VERL_PYTHON": str(verl)} if verl.exists() else {}
+    out = run_cli("frameworks", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    assert set(rows) >= {"trl", "verl", "openrlhf", "nemo_rl", "slime", "vime"}
+    for row in rows.values():
+        for axis in ("placement", "modes", "training_backends", "rollout_engines", "multi_node", "native_algorithms",
+                     "custom_reward"):
+            assert row[axis], (row["name"], axis)
+    assert rows["slime"]["rollout_engines"] == ["sglang"] and rows["vime"]["rollout_engines"] == ["vllm"]
+    assert rows["trl"]["needs_gpu"] is False and rows["verl"]["needs_gpu"] is True
+    if env:
+        assert rows["verl"]["installed"] == "0.9.1"
+
+
+@pytest.mark.parametrize(("args", "recommended", "tier"), [
+    (["--gpus", "0", "--model-size", "0.01B"], "trl", "single-GPU learning"),
+    (["--gpus", "8", "--model-size", "7B"], None, "single-node research"),
+    (["--nodes", "4", "--gpus", "8", "--model-size", "70B", "--async"], None, "multi-node production"),
+])
+def test_advise_recommends_with_reasons_and_explains_refusals(args: list[str], recommended: str | None,
+                                                              tier: str) -> None:
+    out = run_cli("advise", *args, "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["situation"]["tier"] == tier
+    if recommended:
+        assert result["recommended"] == recommended
+    best = result["ranking"][0]
+    assert best["reasons"], best
+    refused = {v["framework"]: v["refused"] for v in result["not_suitable"]}
+    if tier != "single-GPU learning":
+        assert "trl" in refused and any("resources.gpus_per_node=8" in r for r in refused["trl"])
+    if "--async" in args:
+        assert any("asynchronous" in r for r in best["reasons"])
+        assert any("no asynchronous mode" in r for r in refused["trl"])
+
+
+def test_advise_refuses_a_model_that_cannot_fit() -> None:
+    out = run_cli("advise", "--gpus", "1", "--model-size", "70B", "--gpu-memory", "80", "--json")
+    result = json.loads(out.stdout)
+    assert result["recommended"] is None
+    assert all(any("needs about 1120 GB" in r for r in v["refused"]) for v in result["not_suitable"])
