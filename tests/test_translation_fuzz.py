@@ -43,7 +43,8 @@ def recipes(draw: st.DrawFn, framework: str) -> Recipe:
     colocated = draw(st.booleans())
     native_engine = get_host().frameworks.get(framework).capabilities.rollout_engines[0]
     recipe = gpu_recipe(
-        framework, engine=draw(mostly(native_engine, *sorted({"vllm", "sglang", "hf"} - {native_engine}))), nodes=draw(st.sampled_from([1, 2])),
+        framework, engine=draw(mostly(native_engine, *sorted({"vllm", "sglang", "hf"} - {native_engine}))),
+        nodes=draw(st.sampled_from([1, 2])),
         gpus=gpus,
         algorithm={
             "steps": draw(st.integers(1, 50)),
