@@ -72,7 +72,7 @@ def test_a_missing_interpreter_or_runtime_is_named_before_launch(tmp_path: Path)
     from unirl.backend_env import check_environment
     from unirl.errors import UnirlError
 
-    with pytest.raises(UnirlError, match="framework.python='/nope/python': no such interpreter"):
+    with pytest.raises(UnirlError, match=r"framework\.python='/nope/python': no such interpreter"):
         check_environment(BackendEnvironment(kind="interpreter", python="/nope/python"))
     if shutil.which("apptainer") is None:
         with pytest.raises(UnirlError, match="needs apptainer, which is not on PATH"):
