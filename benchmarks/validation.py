@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._common import machine, save, summary, timed  # noqa: E402
+from benchmarks._common import machine, save, summary, timed
 
 REPO = Path(__file__).resolve().parents[1]
 GPU = ["resources.gpus_per_node=8", "rollout.engine=vllm", "data.chat_template=true"]

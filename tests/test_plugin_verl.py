@@ -71,7 +71,7 @@ def test_what_verl_cannot_do_is_refused_naming_each_field() -> None:
 
 
 def test_an_unsupported_verl_version_is_refused() -> None:
-    with pytest.raises(RecipeInvalid, match=r"framework.version='0.10.0'.*verl >=0.9,<0.10"):
+    with pytest.raises(RecipeInvalid, match=r"framework.version='0.10.0'.*verl supports versions >=0.9,<0.10"):
         VERL.plan(gpu_recipe("verl", options={"version": "0.10.0"}))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,12 +28,33 @@ from unirl.framework import OMIT, Capabilities, FrameworkOptions, Mapping, trans
 from unirl.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
 from unirl.recipe import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, recipe_from_dict
 from unirl.run import NATIVE_CONFIG, PLAN, write_json
+from unirl.versions import matches
 
 SPEC_FILE = "reward_spec.json"
 TRAJECTORIES_FILE = "trajectories.jsonl"
 # Always staged into the backend's environment: unirl's core, the built-in rewards, and pluggy (unirl's one
 # runtime dependency that a backend's environment may lack; pure Python).
 CORE_PACKAGES = ("unirl", "unirl_rewards", "pluggy")
+
+
+MODEL_DIR = "model"
+
+
+def model_location(recipe: Recipe) -> str:
+    """Where the backend loads the model from: a builtin model is written into the run directory at launch
+    (every GPU backend loads models from a path), anything else is passed as given."""
+    return f"{RUN_DIR}/{MODEL_DIR}" if recipe.model.path.startswith(BUILTIN_PREFIX) else recipe.model.path
+
+
+@dataclass
+class Translation:
+    """The first half of every ``plan``: the version translated for, the mapping table applied, the problems."""
+
+    version: str
+    installed: str | None
+    rows: list[MappedField]
+    native: dict[str, Any]
+    problems: list[FieldError]
 
 
 class NativeFramework:
@@ -48,6 +69,10 @@ class NativeFramework:
     check_module: ClassVar[str | None] = None
     """``python -m`` module validating a plan inside the backend's interpreter; None = key schema only."""
     extra_options: ClassVar[dict[str, Any]] = {}
+    supported_versions: ClassVar[str] = ""
+    """A version gate the whole plugin is written for (e.g. ``">=0.9,<0.10"``); empty = no gate."""
+    supported_versions_text: ClassVar[str] = ""
+    """What the refusal says a user can do instead (e.g. the release whose layout the table follows)."""
 
     @property
     def options(self) -> dict[str, Any]:
@@ -79,6 +104,16 @@ class NativeFramework:
         return wanted or installed or self.capabilities.tested_version, installed
 
     # --- shared plan pieces ---------------------------------------------------------------------------
+
+    def translation(self, recipe: Recipe) -> Translation:
+        """Version, the mapping table applied, and every problem found so far (not raised yet)."""
+        version, installed = self.target_version(recipe)
+        problems = self.common_problems(recipe)
+        if self.supported_versions and not matches(version, self.supported_versions):
+            problems.append(Unsupported("framework.version", version, self.name,
+                                        f"versions {self.supported_versions} ({self.supported_versions_text})"))
+        rows, native, unsupported = translate(recipe, self.mapping, self.name, version)
+        return Translation(version, installed, rows, native, problems + unsupported)
 
     def common_problems(self, recipe: Recipe) -> list[FieldError]:
         """What no GPU-only backend can do, named by field."""
@@ -188,6 +223,11 @@ class NativeFramework:
         spec.write(run_dir / SPEC_FILE)
         for export in resolved.data:
             write_export(recipe, export)
+        if recipe.model.path.startswith(BUILTIN_PREFIX):
+            from unirl.embedded import tiny_model
+
+            seed = recipe.model.init_seed if recipe.model.init_seed is not None else recipe.seed
+            tiny_model.save(recipe.model.path[len(BUILTIN_PREFIX):], seed, run_dir / MODEL_DIR)
         self.write_files(resolved, run_dir)
         write_json(run_dir / PLAN, resolved.to_dict())
         write_json(run_dir / NATIVE_CONFIG, resolved.native_config)
@@ -234,4 +274,4 @@ def unsupported_unless(ok: bool, field: str, value: Any, backend: str, text: str
     return [] if ok else [Unsupported(field, value, backend, text)]
 
 
-__all__ = ["OMIT", "NativeFramework", "translate", "unsupported_unless"]
+__all__ = ["OMIT", "NativeFramework", "Translation", "model_location", "translate", "unsupported_unless"]

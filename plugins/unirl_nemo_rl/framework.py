@@ -22,17 +22,15 @@ key set in ``grpo``/``loss_fn``, which this plugin's schema does not describe.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, ClassVar
 
 from unirl.embedded.tiny_model import SHAPES
 from unirl.errors import FieldError
 from unirl.framework import OMIT, Capabilities, Mapping
 from unirl.hydra_overrides import to_overrides
-from unirl.native import NativeFramework, translate, unsupported_unless
+from unirl.native import NativeFramework, model_location
 from unirl.plan import RUN_DIR, DataExport, LaunchPlan
 from unirl.recipe import BUILTIN_PREFIX, Recipe, is_local_path
-from unirl.versions import matches
 
 NAME = "nemo_rl"
 CAPABILITIES = Capabilities(
@@ -82,11 +80,6 @@ SCHEDULER = "torch.optim.lr_scheduler."
 def option(r: Recipe, name: str) -> Any:
     """A plugin option from ``framework.*``, else its default (recipes built in code may omit them)."""
     return r.framework.get(name, NemoRlFramework.extra_options[name])
-
-
-def model_path(r: Recipe) -> str:
-    """A builtin model is written into the run directory at launch (NeMo RL loads models by name or path)."""
-    return f"{RUN_DIR}/model" if r.model.path.startswith(BUILTIN_PREFIX) else r.model.path
 
 
 def total_sequence_length(r: Recipe) -> int:
@@ -301,7 +294,7 @@ MAPPING: tuple[Mapping, ...] = (
             "the run's reward spec reaches the environment actor"),
     Mapping("seed", "grpo.seed", lambda r: r.seed, native_default=42),
     # model
-    Mapping("model.path", f"{P}.model_name", model_path, "the tokenizer follows (policy.tokenizer.name)",
+    Mapping("model.path", f"{P}.model_name", model_location, "the tokenizer follows (policy.tokenizer.name)",
             native_default="Qwen/Qwen2.5-1.5B"),
     Mapping("model.revision", "(no revision key)", lambda r: None,
             supported=lambda r: r.model.revision is None or not _hub_model(r),
@@ -354,6 +347,10 @@ class NemoRlFramework(NativeFramework):
     mapping = MAPPING
     plugin_package = "unirl_nemo_rl"
     check_module = None  # NeMo RL needs Python 3.13 and GPUs: plans are checked against the key schema
+    supported_versions = SUPPORTED_VERSIONS
+    supported_versions_text = ("the data.train/data.default layout and examples/run_grpo.py this plugin's mapping and "
+                               "key schema are written for; a newer main checkout such as 7ea279a takes every key "
+                               "sent, so translate for it as 0.7.0")
     extra_options: ClassVar[dict[str, Any]] = {
         "repo": DEFAULT_REPO,
         "base_config": BASE_CONFIG,
@@ -363,17 +360,9 @@ class NemoRlFramework(NativeFramework):
     }
 
     def plan(self, recipe: Recipe) -> LaunchPlan:
-        version, installed = self.target_version(recipe)
-        problems = self.common_problems(recipe)
-        problems += unsupported_unless(matches(version, SUPPORTED_VERSIONS), "framework.version", version, NAME,
-                                       f"NeMo RL {SUPPORTED_VERSIONS} (the data.train/data.default layout and "
-                                       "examples/run_grpo.py this plugin's mapping and key schema are written for; "
-                                       "a newer main checkout such as 7ea279a takes every key sent, so translate "
-                                       "for it as 0.7.0)")
-        rows, native, unsupported = translate(recipe, MAPPING, NAME, version)
-        problems += unsupported
-        problems += _resource_problems(recipe)
-        self.refuse(problems)
+        t = self.translation(recipe)
+        version, installed, rows, native = t.version, t.installed, t.rows, t.native
+        self.refuse(t.problems + _resource_problems(recipe))
         extra = self.overrides(recipe)
         rows += extra
         native.update({row.native_key: row.value for row in extra})
@@ -416,16 +405,6 @@ class NemoRlFramework(NativeFramework):
         if problems:
             return problems  # the cross-field checks assume every key exists with its type
         return cross_field_problems(merged_config(overrides))
-
-    def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
-        recipe = plan.recipe
-        if recipe["model"]["path"].startswith(BUILTIN_PREFIX):
-            from unirl.embedded import tiny_model
-
-            tiny_model.save(recipe["model"]["path"][len(BUILTIN_PREFIX):],
-                            recipe["model"]["init_seed"] if recipe["model"]["init_seed"] is not None
-                            else recipe["seed"], run_dir / "model")
-
 
 def _resource_problems(r: Recipe) -> list[FieldError]:
     """What NeMo RL checks only once Ray is up: generation GPUs, the sequence budget, and batch splits."""

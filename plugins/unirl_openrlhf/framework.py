@@ -22,10 +22,9 @@ from typing import Any, ClassVar
 
 from unirl.errors import FieldError, UnirlError, Unsupported
 from unirl.framework import OMIT, Capabilities, Mapping
-from unirl.native import NativeFramework, translate, unsupported_unless
+from unirl.native import NativeFramework, model_location
 from unirl.plan import RUN_DIR, DataExport, LaunchPlan
 from unirl.recipe import BUILTIN_PREFIX, Recipe
-from unirl.versions import matches
 
 NAME = "openrlhf"
 CAPABILITIES = Capabilities(
@@ -152,9 +151,7 @@ MAPPING: tuple[Mapping, ...] = (
             lambda r: (0.0 if r.eval.greedy else r.algorithm.temperature) if r.data.eval else OMIT,
             "temperature 0 = greedy in vLLM", native_default=0.6),
     Mapping("seed", "train.seed", lambda r: r.seed, native_default=42),
-    Mapping("model.path", "actor.model_name_or_path",
-            lambda r: f"{RUN_DIR}/model" if r.model.path.startswith(BUILTIN_PREFIX) else r.model.path,
-            native_default=None),
+    Mapping("model.path", "actor.model_name_or_path", model_location, native_default=None),
     Mapping("model.dtype", "ds.param_dtype", lambda r: PARAM_DTYPE[r.model.dtype],
             supported=lambda r: r.model.dtype in PARAM_DTYPE,
             supported_text="bfloat16 and float16 (--ds.param_dtype bf16|fp16)", native_default="bf16"),
@@ -236,15 +233,13 @@ class OpenRlhfFramework(NativeFramework):
     plugin_package = "unirl_openrlhf"
     check_module = "unirl_openrlhf.native_check"
     extra_options: ClassVar[dict[str, Any]] = {}
+    supported_versions = SUPPORTED_VERSIONS
+    supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"
 
     def plan(self, recipe: Recipe) -> LaunchPlan:
-        version, installed = self.target_version(recipe)
-        problems = self.common_problems(recipe)
-        problems += unsupported_unless(matches(version, SUPPORTED_VERSIONS), "framework.version", version, NAME,
-                                       f"OpenRLHF {SUPPORTED_VERSIONS}: dotted flags (flat flag names before 0.10.2)")
-        rows, flags, unsupported = translate(recipe, MAPPING, NAME, version)
-        problems += unsupported + _resource_problems(recipe)
-        self.refuse(problems)
+        t = self.translation(recipe)
+        version, installed, rows, flags = t.version, t.installed, t.rows, t.native
+        self.refuse(t.problems + _resource_problems(recipe))
         extra = self.overrides(recipe)
         rows += extra
         flags.update({row.native_key: row.value for row in extra})
@@ -284,12 +279,6 @@ class OpenRlhfFramework(NativeFramework):
         from unirl.adapters.openrlhf import write_reward_file
 
         write_reward_file(run_dir / REWARD_FILE, run_dir / "reward_spec.json")
-        recipe = plan.recipe
-        if recipe["model"]["path"].startswith(BUILTIN_PREFIX):
-            from unirl.embedded import tiny_model
-
-            seed = recipe["model"]["init_seed"] if recipe["model"]["init_seed"] is not None else recipe["seed"]
-            tiny_model.save(recipe["model"]["path"][len(BUILTIN_PREFIX):], seed, run_dir / "model")
 
 
 def _resource_problems(r: Recipe) -> list[FieldError]:

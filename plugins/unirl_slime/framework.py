@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 from unirl.errors import FieldError, Unsupported
 from unirl.framework import OMIT, Capabilities, Mapping
-from unirl.native import NativeFramework, translate
+from unirl.native import NativeFramework, model_location
 from unirl.plan import RUN_DIR, DataExport, LaunchPlan, MappedField
 from unirl.recipe import BUILTIN_PREFIX, Recipe, is_local_path
 
@@ -41,11 +40,6 @@ MODEL_ARGS_HINT = ("the model's Megatron architecture flags: set framework.model
 
 
 # --- shared helpers (recipe -> numbers slime wants) ------------------------------------------------------------------
-
-
-def model_path(r: Recipe) -> str:
-    """A builtin model is written into the run directory at launch; slime loads models from a local directory."""
-    return f"{RUN_DIR}/model" if r.model.path.startswith(BUILTIN_PREFIX) else r.model.path
 
 
 def total_gpus(r: Recipe) -> int:
@@ -185,15 +179,15 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             "one completion per held-out prompt (slime defaults to --n-samples-per-prompt)", native_default=None),
     Mapping("seed", "--seed", lambda r: r.seed, native_default=1234),
     Mapping("seed", "--rollout-seed", lambda r: r.seed, "sampling seeds of the rollout engine", native_default=42),
-    Mapping("model.path", "--hf-checkpoint", model_path,
+    Mapping("model.path", "--hf-checkpoint", model_location,
             "tokenizer, rollout engine weights and the HF config slime checks the model args against",
             supported=lambda r: r.model.path.startswith(BUILTIN_PREFIX) or is_local_path(r.model.path),
             supported_text="a local Hugging Face directory (visible inside the image) or builtin:<name>; download a "
                            "hub model first (huggingface-cli download <id> --local-dir <dir>)", native_default=None),
-    Mapping("model.path", "--ref-load", model_path,
+    Mapping("model.path", "--ref-load", model_location,
             "the reference policy; an HF directory of a supported model type loads directly "
             "(slime/backends/megatron_utils/checkpoint.py:100-131)", native_default=None),
-    Mapping("run.resume", "--load", lambda r: CHECKPOINTS if r.run.resume else model_path(r),
+    Mapping("run.resume", "--load", lambda r: CHECKPOINTS if r.run.resume else model_location(r),
             "resume: the run's checkpoints (slime falls back to --ref-load when there are none, "
             "slime/utils/arguments.py:1829-1838)", native_default=None),
     Mapping("model.dtype", "--bf16", lambda r: present(r.model.dtype in ("auto", "bfloat16")),
@@ -264,10 +258,9 @@ class SlimeFamily(NativeFramework):
 
     def plan(self, recipe: Recipe) -> LaunchPlan:
         recipe = replace(recipe, framework={**self.options, **recipe.framework})
-        version, installed = self.target_version(recipe)
-        problems = self.common_problems(recipe)
-        rows, native, unsupported = translate(recipe, self.mapping, self.name, version)
-        problems += unsupported + self.placement_problems(recipe)
+        t = self.translation(recipe)
+        version, installed, rows, native = t.version, t.installed, t.rows, t.native
+        problems = t.problems + self.placement_problems(recipe)
         model_args, script = self.model_args(recipe, problems)
         self.refuse(problems)
         extra = self.flag_overrides(recipe)
@@ -359,14 +352,6 @@ class SlimeFamily(NativeFramework):
 
         config = plan.native_config
         return schema_problems(config["args"], self.name, model_args_known=not config.get("model_args_script"))
-
-    def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
-        recipe = plan.recipe
-        if recipe["model"]["path"].startswith(BUILTIN_PREFIX):
-            from unirl.embedded import tiny_model
-
-            seed = recipe["model"]["init_seed"] if recipe["model"]["init_seed"] is not None else recipe["seed"]
-            tiny_model.save(recipe["model"]["path"][len(BUILTIN_PREFIX):], seed, run_dir / "model")
 
 
 def flag_name(key: str) -> str:

@@ -14,10 +14,9 @@ from typing import Any, ClassVar
 from unirl.errors import FieldError
 from unirl.framework import OMIT, Capabilities, Mapping
 from unirl.hydra_overrides import to_overrides
-from unirl.native import NativeFramework, translate, unsupported_unless
+from unirl.native import NativeFramework, model_location
 from unirl.plan import RUN_DIR, DataExport, LaunchPlan
 from unirl.recipe import BUILTIN_PREFIX, Recipe
-from unirl.versions import matches
 
 NAME = "verl"
 CAPABILITIES = Capabilities(
@@ -56,11 +55,6 @@ def micro_per_gpu(r: Recipe) -> int:
     """Completions per GPU per forward/backward: the recipe's micro-batch, else one device's share of an update."""
     a = r.algorithm
     return a.micro_batch_size or max(1, r.completions_per_step // a.mini_batches_per_step // r.world_size)
-
-
-def model_path(r: Recipe) -> str:
-    """A builtin model is written into the run directory at launch (verl loads models from a path)."""
-    return f"{RUN_DIR}/model" if r.model.path.startswith(BUILTIN_PREFIX) else r.model.path
 
 
 MAPPING: tuple[Mapping, ...] = (
@@ -135,7 +129,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("data.train", "data.shuffle", lambda r: False, "the exported order is already the seeded order",
             native_default=True),
     Mapping("seed", "data.seed", lambda r: r.seed, native_default=None),
-    Mapping("model.path", "actor_rollout_ref.model.path", model_path,
+    Mapping("model.path", "actor_rollout_ref.model.path", model_location,
             native_default="~/models/deepseek-llm-7b-chat"),
     Mapping("model.dtype", f"{A}.fsdp_config.model_dtype",
             lambda r: TRAIN_DTYPE.get(r.model.dtype, OMIT), "auto: verl's fp32 master weights", native_default="fp32"),
@@ -192,16 +186,13 @@ class VerlFramework(NativeFramework):
     plugin_package = "unirl_verl"
     check_module = "unirl_verl.native_check"
     extra_options: ClassVar[dict[str, Any]] = {}
+    supported_versions = SUPPORTED_VERSIONS
+    supported_versions_text = "verl 0.9.x, the release this plugin's mapping table follows"
 
     def plan(self, recipe: Recipe) -> LaunchPlan:
-        version, installed = self.target_version(recipe)
-        problems = self.common_problems(recipe)
-        problems += unsupported_unless(matches(version, SUPPORTED_VERSIONS), "framework.version", version, NAME,
-                                       f"verl {SUPPORTED_VERSIONS} (this plugin's mapping table)")
-        rows, native, unsupported = translate(recipe, MAPPING, NAME, version)
-        problems += unsupported
-        problems += _batch_problems(recipe)
-        self.refuse(problems)
+        t = self.translation(recipe)
+        version, installed, rows, native = t.version, t.installed, t.rows, t.native
+        self.refuse(t.problems + _batch_problems(recipe))
         env = self.environment(recipe)
         pythonpath = ":".join([f"{RUN_DIR}/unirl_core", *env.reward_paths])
         # Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start.
@@ -231,16 +222,6 @@ class VerlFramework(NativeFramework):
         from unirl_verl.schema import unknown_keys
 
         return unknown_keys(plan.native_config["overrides"])
-
-    def write_files(self, plan: LaunchPlan, run_dir: Any) -> None:
-        recipe = plan.recipe
-        if recipe["model"]["path"].startswith(BUILTIN_PREFIX):
-            from unirl.embedded import tiny_model
-
-            tiny_model.save(recipe["model"]["path"][len(BUILTIN_PREFIX):],
-                            recipe["model"]["init_seed"] if recipe["model"]["init_seed"] is not None
-                            else recipe["seed"], run_dir / "model")
-
 
 def _batch_problems(r: Recipe) -> list[FieldError]:
     """verl's ppo_mini_batch_size (prompts x n) must split evenly over the GPUs (validate_config checks it too)."""
