@@ -46,3 +46,10 @@ def run_harness(backend: str, *args: str, env: dict[str, str] | None = None,
     script = REPO / "tests" / "backends" / f"{backend}_harness.py"
     return subprocess.run([str(backend_python(backend)), str(script), *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
+
+
+def point_at_backend(monkeypatch: object, backend: str) -> Path:
+    """Make unirl find ``backend`` in its own venv (``UNIRL_<NAME>_PYTHON``), as a user points at theirs."""
+    python = backend_python(backend)
+    monkeypatch.setenv(f"UNIRL_{backend.upper()}_PYTHON", str(python))  # type: ignore[attr-defined]
+    return python

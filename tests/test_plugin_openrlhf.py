@@ -15,7 +15,7 @@ from unirl_openrlhf.framework import OpenRlhfFramework, option_schema
 from unirl_openrlhf.resources import gpu_demand
 
 from tests.backend_recipes import gpu_recipe
-from tests.helpers import REPO, backend_python
+from tests.helpers import REPO, point_at_backend
 from unirl.errors import FieldError, RecipeInvalid
 from unirl.plugins import get_host
 
@@ -113,9 +113,7 @@ def test_a_placement_that_would_hang_is_refused_before_launch() -> None:
 
 @pytest.fixture
 def openrlhf_python(monkeypatch: pytest.MonkeyPatch) -> Path:
-    python = backend_python("openrlhf")
-    monkeypatch.setenv("UNIRL_OPENRLHF_PYTHON", str(python))
-    return python
+    return point_at_backend(monkeypatch, "openrlhf")
 
 
 VARIANTS = {

@@ -13,7 +13,7 @@ from unirl_verl.framework import MAPPING, VerlFramework
 from unirl_verl.schema import known_keys, unknown_keys
 
 from tests.backend_recipes import gpu_recipe
-from tests.helpers import REPO, backend_python
+from tests.helpers import REPO, point_at_backend
 from unirl.errors import RecipeInvalid
 from unirl.framework import translate
 from unirl.plugins import get_host
@@ -106,9 +106,7 @@ def test_launch_fails_before_starting_when_the_gpus_are_missing(tmp_path: Path) 
 
 @pytest.fixture
 def verl_python(monkeypatch: pytest.MonkeyPatch) -> Path:
-    python = backend_python("verl")
-    monkeypatch.setenv("UNIRL_VERL_PYTHON", str(python))
-    return python
+    return point_at_backend(monkeypatch, "verl")
 
 
 VARIANTS = {

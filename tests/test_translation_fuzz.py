@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.backend_recipes import gpu_recipe
-from tests.helpers import backend_python
+from tests.helpers import point_at_backend
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.plan import LaunchPlan
 from unirl.plugins import get_host
@@ -114,7 +114,7 @@ def test_every_accepted_recipe_passes_the_backends_own_checks(framework: str, mo
                                                               request: pytest.FixtureRequest) -> None:
     request.applymarker(getattr(pytest.mark, framework))
     request.applymarker(pytest.mark.slow)
-    monkeypatch.setenv(f"UNIRL_{framework.upper()}_PYTHON", str(backend_python(framework)))
+    point_at_backend(monkeypatch, framework)
     plans = accepted_plans(framework, 150)
     assert len(plans) >= 20
     results = get_host().frameworks.get(framework).check_in_backend(plans)
