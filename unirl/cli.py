@@ -12,6 +12,7 @@ Hydra 1.3 accepts either ``+framework=X`` (group absent from the defaults) or ``
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -19,7 +20,8 @@ from typing import Any
 
 from unirl.errors import RecipeInvalid, UnirlError
 
-VERBS = ("plan", "diff", "advise", "plugins", "frameworks", "rewards", "reward", "help")
+VERBS = ("plan", "diff", "advise", "compare", "stop", "resume", "plugins", "frameworks", "rewards", "reward",
+         "help")
 GROUPS_WITH_DEFAULTS = ("framework", "scheduler", "recipe")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -38,6 +40,9 @@ verbs:
   diff A B [--json] [OVERRIDE ...]               one recipe on two backends, field by field
   advise [--gpus N] [--nodes N] [--model-size 7B] [--async] [--engine vllm|sglang|hf] [--json]
                                                  which backend fits a situation, and why
+  compare MULTIRUN_DIR [--json]                  a sweep's members side by side (+ reward curves PNG)
+  stop RUN_DIR                                   stop the run's job (local process, Ray job, Slurm job)
+  resume RUN_DIR                                 continue a run from its last checkpoint
   plugins [--json]                               loaded plugins: package, version, hooks
   frameworks [--json]                            backends, their capabilities, installed versions
   rewards [--json]                               registered reward functions and their sources
@@ -101,9 +106,18 @@ def _hydra_flags_only(argv: list[str]) -> bool:
 _RESULTS: list[dict[str, Any]] = []
 
 
+OUTCOME = "outcome.json"
+
+
 def _record(outcome: dict[str, Any]) -> dict[str, Any]:
-    """Remember each run's outcome; the process exit code summarises them all (a sweep included)."""
+    """Remember each run's outcome, here and in its run directory: the process exit code summarises them all,
+    and a sweep whose members ran in other processes (joblib, submitit) reads them back from ``outcome.json``."""
     _RESULTS.append(outcome)
+    run_dir = Path(outcome["run_dir"])
+    if run_dir.is_dir():
+        from unirl.run import write_json
+
+        write_json(run_dir / OUTCOME, outcome)
     return outcome
 
 
@@ -121,6 +135,8 @@ def _run_task(cfg: Any) -> dict[str, Any]:
         framework = host.frameworks.get(plan.framework)
         framework.validate(plan)
         scheduler = host.schedulers.get(recipe.scheduler.get("name", "local"))
+        if hasattr(scheduler, "check"):  # e.g. the cluster answers, before anything is written
+            scheduler.check(dict(recipe.scheduler))
         plan = framework.prepare(plan, run_dir, host)
     except UnirlError as exc:
         err(str(exc))
@@ -134,15 +150,24 @@ def _run_task(cfg: Any) -> dict[str, Any]:
         (run_dir / "error.log").write_text(traceback.format_exc())
         err(f"the run failed: {type(exc).__name__}: {exc}\n  traceback: {run_dir / 'error.log'}")
         return _record({"state": "failed", "error": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir)})
-    outcome = {**result.summary, "state": result.state, "run_dir": str(run_dir)}
+    outcome = {**result.summary, "state": result.state, "run_dir": str(run_dir), "job_id": result.job_id,
+               "scheduler": scheduler.name, "exit_code": result.exit_code}
+    if result.error:
+        outcome["error"] = result.error
     _record(outcome)
-    from unirl.report import print_summary
+    if result.state in ("completed", "submitted"):
+        from unirl.report import print_summary
 
-    print_summary(outcome, run_dir)
+        print_summary(outcome, run_dir)
+    else:
+        tail = "\n".join(result.log_tail.strip().splitlines()[-20:])
+        err(f"the run {result.state}: {result.error or 'exit status ' + str(result.exit_code)}"
+            + (f"\n--- last lines of the backend's output ---\n{tail}" if tail else "")
+            + f"\n  run directory: {run_dir}")
     return outcome
 
 
-def _hydra_main(argv: list[str]) -> int:
+def _hydra_main(argv: list[str], sweep_dir: Path | None = None) -> int:
     import hydra
 
     from unirl.compose import CONFIG_MODULE
@@ -160,11 +185,15 @@ def _hydra_main(argv: list[str]) -> int:
     finally:
         sys.argv = saved
     states = [r.get("state") for r in _RESULTS]
+    if sweep_dir is not None:  # members that ran in other processes (joblib, submitit) left outcome.json files
+        from unirl.sweep import member_outcomes
+
+        states = [m["state"] for m in member_outcomes(sweep_dir)] or states
     if "invalid" in states:
         return EXIT_USAGE
     if "interrupted" in states:
         return EXIT_INTERRUPTED
-    return EXIT_FAILED if any(s != "completed" for s in states) else EXIT_OK
+    return EXIT_FAILED if any(s not in ("completed", "submitted") for s in states) else EXIT_OK
 
 
 def preflight(host: Any, overrides: list[str]) -> Any:
@@ -232,6 +261,54 @@ def cmd_advise(args: list[str]) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: list[str]) -> int:
+    from unirl.sweep import compare, plot_curves, print_compare
+
+    dirs = [a for a in args if not a.startswith("-")]
+    if len(dirs) != 1:
+        raise UnirlError("usage: unirl compare MULTIRUN_DIR [--json]")
+    sweep_dir = Path(dirs[0])
+    try:
+        rows = compare(sweep_dir)
+    except FileNotFoundError as exc:
+        raise UnirlError(str(exc)) from None
+    png = plot_curves(rows, sweep_dir / "compare.png")
+    if "--json" in args:
+        import json
+
+        print(json.dumps({"members": rows, "png": str(png) if png else None}, indent=2, default=str))
+    else:
+        print_compare(rows, png)
+    return EXIT_OK if all(r["state"] == "completed" for r in rows) else EXIT_FAILED
+
+
+def cmd_stop(args: list[str]) -> int:
+    from unirl.plugins import get_host
+    from unirl.scheduler import read_job_record
+
+    if len(args) != 1:
+        raise UnirlError("usage: unirl stop RUN_DIR")
+    run_dir = Path(args[0]).resolve()
+    record = read_job_record(run_dir)
+    if record is None:
+        raise UnirlError(f"{run_dir} has no job.json: it is not a unirl run directory, or nothing was submitted")
+    record["run_dir"] = str(run_dir)
+    (run_dir / ".stop_requested").touch()  # the waiting scheduler records "cancelled", not a failure
+    print(get_host().schedulers.get(record["scheduler"]).stop(record))
+    return EXIT_OK
+
+
+def cmd_resume(args: list[str]) -> int:
+    from unirl.resume import resume_overrides
+
+    if len(args) < 1:
+        raise UnirlError("usage: unirl resume RUN_DIR [OVERRIDE ...]")
+    run_dir = Path(args[0]).resolve()
+    if not (run_dir / ".hydra" / "overrides.yaml").exists():
+        raise UnirlError(f"run.resume: {run_dir} is not a unirl run directory (no .hydra/overrides.yaml)")
+    return main([*resume_overrides(run_dir), *args[1:]])
+
+
 def cmd_reward(args: list[str]) -> int:
     if not args or args[0] != "test":
         raise UnirlError("usage: unirl reward test NAME [NAME ...] --samples FILE.jsonl [--json] [--kwargs JSON]")
@@ -282,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
                 return cmd_diff(rest)
             if verb == "advise":
                 return cmd_advise(rest)
+            if verb in ("compare", "stop", "resume"):
+                return {"compare": cmd_compare, "stop": cmd_stop, "resume": cmd_resume}[verb](rest)
             return cmd_list(verb, rest)
         from unirl.compose import register_configs
         from unirl.plugins import get_host
@@ -291,7 +370,17 @@ def main(argv: list[str] | None = None) -> int:
         register_configs(host)  # Hydra composes (each sweep member too) only from what is registered
         if not _is_multirun(overrides) and not _hydra_flags_only(overrides):
             preflight(host, [a for a in overrides if not a.startswith("-")])
-        return _hydra_main(overrides)
+        sweep_dir = None
+        if _is_multirun(overrides) and not any(a.startswith("hydra.sweep.dir=") for a in overrides):
+            # Named here, not by Hydra, so this process can read every member's outcome back afterwards.
+            from datetime import datetime
+
+            runs = Path(os.environ.get("UNIRL_RUNS_DIR", "runs")).resolve()
+            sweep_dir = runs / "multirun" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+            overrides = [*overrides, f"hydra.sweep.dir={sweep_dir}"]
+        elif _is_multirun(overrides):
+            sweep_dir = Path(next(a for a in overrides if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+        return _hydra_main(overrides, sweep_dir)
     except RecipeInvalid as exc:
         err(str(exc))
         return EXIT_USAGE

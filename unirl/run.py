@@ -69,6 +69,52 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def truncate_after(path: Path, step: int) -> int:
+    """Drop the lines of a run's JSONL file whose ``step`` is after ``step``, and a torn last line; return how many.
+
+    A resumed run repeats every step after its checkpoint, so the lines those steps wrote before the kill must go,
+    or the file would hold them twice. A last line that does not parse is what a kill mid-write leaves; the next
+    append would be glued onto it. Other lines, ``step``-less or not, are kept as they are. The file is rewritten
+    through a temporary file and ``os.replace``, so a kill during the truncation leaves the old file or the new one,
+    never half of either. A missing file, or a whole one with nothing to drop, is left untouched.
+    """
+    if not path.exists():
+        return 0
+    lines = path.read_bytes().splitlines(keepends=True)
+    kept: list[bytes] = []
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = _loads(line)
+        except ValueError:
+            if index == len(lines) - 1:
+                continue  # torn by a kill: the only place line-atomic appends can leave a partial line
+            kept.append(line if line.endswith(b"\n") else line + b"\n")
+            continue
+        record_step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(record_step, int | float) and not isinstance(record_step, bool) and record_step > step:
+            continue
+        kept.append(line if line.endswith(b"\n") else line + b"\n")
+    dropped = sum(1 for line in lines if line.strip()) - len(kept)
+    # A complete last line without its newline (a kill between the two) still needs one before the next append.
+    if dropped or (lines and not lines[-1].endswith(b"\n")):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        with tmp.open("wb") as out:
+            out.writelines(kept)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    return dropped
+
+
+def _loads(line: bytes) -> Any:
+    """One JSON line; ValueError (json's and orjson's decode errors both are) when it does not parse."""
+    if orjson is not None:
+        return orjson.loads(line)
+    return json.loads(line)
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write via a temporary file and rename, so readers never see half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -1,7 +1,8 @@
 """Run a plan here: in this process when the backend shares unirl's interpreter, else as a child.
 
-A child's output is streamed as it comes; Ctrl-C is forwarded as SIGINT so the backend can stop
-cleanly, then escalated to SIGTERM and SIGKILL if it does not.
+A child's output is streamed as it comes and kept in ``backend.log``; Ctrl-C is forwarded as SIGINT so the backend
+can stop cleanly, then escalated to SIGTERM and SIGKILL if it does not. A child killed by a signal is a failed run
+with the signal named and its log tail recorded.
 """
 
 from __future__ import annotations
@@ -19,25 +20,31 @@ from unirl.backend_env import launch_command
 from unirl.plan import LaunchPlan
 from unirl.registry import load_dotted
 from unirl.run import SUMMARY
-from unirl.scheduler import JobResult
+from unirl.scheduler import JobResult, finish, write_job_record
 
 GRACE_S = 10.0
+BACKEND_LOG = "backend.log"
+STOP_REQUESTED = ".stop_requested"  # written by `unirl stop`: the end that follows is a cancellation
+NAME = "local"
 
 
 class LocalScheduler:
-    name = "local"
+    name = NAME
     description = "this machine: in-process for the embedded default, else a child process"
-    options: ClassVar[dict[str, Any]] = {"name": "local", "in_process": True}
+    options: ClassVar[dict[str, Any]] = {"name": NAME, "in_process": True}
 
     def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         if plan.in_process and options.get("in_process", True):
+            job_id = str(os.getpid())
+            write_job_record(run_dir, NAME, job_id, "running", {"entrypoint": plan.entrypoint, "in_process": True})
             run = load_dotted(plan.entrypoint)
             try:
                 summary = run(plan, run_dir)
             except KeyboardInterrupt:
-                return JobResult("interrupted", 130, job_id=str(os.getpid()))
-            return JobResult(summary.get("state", "completed"), 0, job_id=str(os.getpid()), summary=summary)
+                return finish(run_dir, NAME, JobResult("interrupted", 130, job_id=job_id))
+            return finish(run_dir, NAME, JobResult(summary.get("state", "completed"), 0, job_id=job_id,
+                                                   summary=summary))
         return self._child(plan, run_dir)
 
     def _child(self, plan: LaunchPlan, run_dir: Path) -> JobResult:
@@ -49,25 +56,78 @@ class LocalScheduler:
         tail: collections.deque[str] = collections.deque(maxlen=50)
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
+        job_id = str(proc.pid)
+        write_job_record(run_dir, NAME, job_id, "running", {"command": command}, pid=proc.pid)
         try:
             assert proc.stdout is not None
-            for line in proc.stdout:
-                sys.stdout.write(line)
-                tail.append(line)
+            with (run_dir / BACKEND_LOG).open("a", encoding="utf-8") as log:
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    log.write(line)
+                    log.flush()
+                    tail.append(line)
             code = proc.wait()
         except KeyboardInterrupt:
-            code = _stop(proc)
-            return JobResult("interrupted", code, job_id=str(proc.pid), log_tail="".join(tail))
+            code = stop_group(proc.pid, proc)
+            return finish(run_dir, NAME, JobResult("interrupted", code, job_id=job_id, log_tail="".join(tail),
+                                                   error="interrupted (Ctrl-C): the backend was stopped"))
         summary_path = run_dir / SUMMARY
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-        state = "completed" if code == 0 else ("killed" if code < 0 else "failed")
-        return JobResult(state, code, job_id=str(proc.pid), summary=summary, log_tail="".join(tail))
+        if code == 0:
+            return finish(run_dir, NAME, JobResult("completed", 0, job_id=job_id, summary=summary))
+        if (run_dir / STOP_REQUESTED).exists():
+            return finish(run_dir, NAME, JobResult("cancelled", code, job_id=job_id, summary=summary,
+                                                   log_tail="".join(tail), error="stopped by `unirl stop`"))
+        error = (f"killed by signal {signal.Signals(-code).name}" if code < 0
+                 else f"the backend exited with status {code}")
+        return finish(run_dir, NAME, JobResult("failed", code, job_id=job_id, summary=summary,
+                                               log_tail="".join(tail), error=error))
+
+    def stop(self, record: dict[str, Any]) -> str:
+        """SIGINT, then SIGTERM, then SIGKILL to the job's process group (the child's own session)."""
+        pid = int(record["job_id"])
+        if not _alive(pid):
+            return f"process {pid} is not running (state {record.get('state')})"
+        target = pid if record.get("submitted", {}).get("in_process") else -pid
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            try:
+                if target > 0:
+                    os.kill(target, sig)
+                else:
+                    os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            if _wait_gone(pid, GRACE_S):
+                return f"stopped process {pid} with {sig.name}"
+        return f"sent SIGKILL to process {pid}"
 
 
-def _stop(proc: subprocess.Popen[str]) -> int:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def stop_group(pgid: int, proc: subprocess.Popen[str]) -> int:
+    """Stop a child in its own session: SIGINT, then SIGTERM, then SIGKILL, each given GRACE_S to work."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(pgid, sig)
         except ProcessLookupError:
             break
         try:

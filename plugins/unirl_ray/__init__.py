@@ -1,0 +1,1 @@
+"""unirl plugin: Ray jobs as a scheduler."""

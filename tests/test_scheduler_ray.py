@@ -1,0 +1,74 @@
+"""scheduler=ray against a real Ray head on loopback (started by the fixture, stopped by its PID): the embedded
+default runs as a Ray job with its logs streamed and its state recorded; `unirl stop` stops a job that was submitted
+without waiting; an address nothing answers on is a clear error before anything is written."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import read_jsonl, run_cli, run_dirs
+from tests.ray_head import RAY_ENV, RayHead, free_port
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+SHORT = ["algorithm.steps=3", "algorithm.prompts_per_step=2", "algorithm.samples_per_prompt=4",
+         "eval.before_training=false", "logging.progress=false"]
+
+
+@pytest.fixture(scope="module")
+def ray_head() -> Iterator[RayHead]:
+    pytest.importorskip("ray.job_submission")
+    head = RayHead().start()
+    try:
+        yield head
+    finally:
+        head.stop()
+
+
+def test_the_embedded_default_runs_as_a_ray_job(ray_head: RayHead, isolated: Path) -> None:
+    out = run_cli("scheduler=ray", f"scheduler.address={ray_head.address}", *SHORT, env=RAY_ENV)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["scheduler"] == "ray" and job["job_id"].startswith("unirl-") and job["state"] == "completed"
+    assert [h["state"] for h in job["history"]][-1] == "completed"
+    assert "unirl_trl.runner" in job["submitted"]["entrypoint"]
+    assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
+    assert "step 3/3" in (run_dir / "backend.log").read_text() or (run_dir / "backend.log").stat().st_size > 0
+    from ray.job_submission import JobSubmissionClient
+
+    info = JobSubmissionClient(ray_head.address).get_job_info(job["job_id"])
+    assert str(info.status).endswith("SUCCEEDED") and info.metadata["unirl_run_dir"] == str(run_dir)
+
+
+def test_unirl_stop_stops_a_submitted_ray_job(ray_head: RayHead, isolated: Path) -> None:
+    out = run_cli("scheduler=ray", f"scheduler.address={ray_head.address}", "scheduler.wait=false",
+                  "algorithm.steps=100000", "eval.before_training=false", "logging.progress=false", env=RAY_ENV)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = [p.parent for p in (isolated / "runs").rglob("job.json")]  # the job may not have started yet
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["state"] == "submitted" and "unirl stop" in out.stdout
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(ray_head.address)
+    deadline = time.monotonic() + 120
+    while not str(client.get_job_status(job["job_id"])).endswith("RUNNING") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stopped = run_cli("stop", str(run_dir), env=RAY_ENV)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped Ray job" in stopped.stdout
+    assert str(client.get_job_status(job["job_id"])).endswith("STOPPED")
+    assert json.loads((run_dir / "job.json").read_text())["state"] == "cancelled"
+
+
+def test_an_address_nothing_answers_on_is_a_clear_error(isolated: Path) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    out = run_cli("scheduler=ray", f"scheduler.address={dead}", *SHORT, env=RAY_ENV)
+    assert out.returncode == 2
+    assert f"scheduler.address='{dead}': no Ray job server answers there" in out.stderr
+    assert not list((isolated / "runs").rglob("plan.json"))  # refused before the run directory was filled
