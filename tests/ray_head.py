@@ -7,6 +7,7 @@ their command line, so only processes this head started are ever signalled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -71,10 +72,8 @@ class RayHead:
                 self.proc.kill()
                 self.proc.wait()
         for pid in leftover_pids(self.temp_dir):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def leftover_pids(marker: str) -> list[int]:
