@@ -21,7 +21,8 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # Split on "\n" only: JSON leaves U+2028 and U+0085 unescaped inside strings, and str.splitlines breaks there.
+    return [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,11 +4,12 @@ and every generated config accepted by TRL's own GRPOConfig."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from unirl_trl.framework import TrlFramework, launch_args
 
-from unirl.errors import RecipeInvalid
+from unirl.errors import RecipeInvalid, UnirlError
 from unirl.plan import LaunchPlan
 from unirl.recipe import AlgorithmConfig, Recipe, ResourcesConfig, RolloutConfig, RunSection
 
@@ -117,5 +118,9 @@ def test_launches_this_plugin_cannot_make_yet_are_refused_not_ignored() -> None:
         TrlFramework().plan(Recipe(resources=ResourcesConfig(nodes=2, gpus_per_node=1)))
     with pytest.raises(RecipeInvalid, match=r"resources\.gpus_per_node=4: not supported by trl"):
         TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=4)))
-    with pytest.raises(RecipeInvalid, match=r"run\.resume=True: not supported by trl"):
-        TrlFramework().plan(Recipe(run=RunSection(resume=True)))
+
+
+def test_resume_plans_and_is_refused_before_launch_when_the_run_directory_has_no_checkpoint(tmp_path: Path) -> None:
+    plan = TrlFramework().plan(Recipe(run=RunSection(resume=True, checkpoint_every=5)))
+    with pytest.raises(UnirlError, match=r"run\.resume=true: no complete checkpoint in .*trl \(run directory "):
+        TrlFramework().prepare(plan, tmp_path, host=None)

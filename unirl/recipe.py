@@ -185,7 +185,7 @@ class RunSection:
     resume: bool = False
     """Continue from the last checkpoint in the run directory."""
     checkpoint_every: int = 0
-    """Save a checkpoint every this many steps; 0 = only at the end."""
+    """Save a checkpoint every this many steps (what ``run.resume`` continues from); 0 = no checkpoints."""
 
 
 @dataclass

@@ -63,7 +63,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text().splitlines():
+    # split on "\n" only: str.splitlines also breaks at U+2028 and U+0085, which JSON leaves raw inside strings
+    for line in path.read_text().split("\n"):
         if line.strip():
             rows.append(json.loads(line))
     return rows

@@ -18,9 +18,11 @@ from unirl.errors import RecipeInvalid, UnirlError, Unsupported
 from unirl.framework import Capabilities, FrameworkOptions, Mapping, translate
 from unirl.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
 from unirl.recipe import BUILTIN_PREFIX, Recipe
+from unirl.resume import require_trainer_checkpoint
 from unirl.run import PLAN, write_json
 
 NAME = "trl"
+CHECKPOINTS = "trl"  # GRPOConfig.output_dir under the run directory: TRL's checkpoint-<updates> folders
 ENTRYPOINT = "unirl_trl.runner:run"
 
 CAPABILITIES = Capabilities(
@@ -167,9 +169,6 @@ class TrlFramework:
             problems.append(Unsupported("resources.gpus_per_node", recipe.resources.gpus_per_node, NAME,
                                         "0 or 1 from this plugin: it starts one training process (an accelerate/"
                                         "torchrun launch for several GPUs is not built yet)"))
-        if recipe.run.resume:
-            problems.append(Unsupported("run.resume", True, NAME,
-                                        "fresh runs only: resuming from a run directory is not built yet"))
         if problems:
             raise RecipeInvalid(problems, context=f"recipe for {NAME}")
 
@@ -215,6 +214,8 @@ class TrlFramework:
 
     def prepare(self, plan: LaunchPlan, run_dir: Path, host: Any) -> LaunchPlan:
         """The runner writes its own files; a child-process launch needs the plan file it is pointed at."""
+        if plan.recipe["run"]["resume"]:  # a resume with nothing to resume from is the user's input, refused here
+            require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
         resolved = plan.resolve(str(run_dir))
         if not resolved.in_process:
             run_dir.mkdir(parents=True, exist_ok=True)

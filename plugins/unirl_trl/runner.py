@@ -22,11 +22,23 @@ from unirl.manifest import build_manifest, reward_sources
 from unirl.plan import LaunchPlan
 from unirl.plugins import Host, get_host
 from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
+from unirl.resume import require_trainer_checkpoint
 from unirl.reward_executor import RewardExecutor
 from unirl.reward_spec import spec_from_recipe
 from unirl.rewards import Sample
-from unirl.run import MANIFEST, NATIVE_CONFIG, PLAN, RunInfo, write_json
-from unirl_trl.framework import BUILTIN_SUPPRESS, launch_args
+from unirl.run import (
+    EVAL,
+    MANIFEST,
+    METRICS,
+    NATIVE_CONFIG,
+    PLAN,
+    TRAJECTORIES,
+    RunInfo,
+    read_jsonl,
+    truncate_after,
+    write_json,
+)
+from unirl_trl.framework import BUILTIN_SUPPRESS, CHECKPOINTS, launch_args
 
 # TRL log keys -> unirl's metric names (the same names on every backend).
 METRIC_NAMES = {
@@ -142,14 +154,32 @@ def eos_ids(model: Any, tok: Any) -> set[int]:
     return {tok.eos_token_id, *extra}
 
 
+def resume_point(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
+    """Where ``run.resume=true`` continues: the newest complete checkpoint, in TRL updates and in unirl steps.
+
+    Also cuts the run's JSONL files back to that step (the resumed run writes the later steps again) and drops any
+    line a kill tore. Cheap and before any model loads, so a resume with nothing to resume from fails at once.
+    """
+    checkpoint = require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
+    # TRL's global_step counts optimizer updates, mini_batches_per_step of them per unirl step; a checkpoint saved
+    # part-way through a step (a raw save_steps override) counts only the steps it completed.
+    step = checkpoint.global_step // recipe.algorithm.mini_batches_per_step
+    dropped = {name: truncate_after(run_dir / name, step) for name in (METRICS, TRAJECTORIES)}
+    # The final held-out eval (step == steps) always runs again after train(); the mid-run ones never land on it.
+    dropped[EVAL] = truncate_after(run_dir / EVAL, min(step, recipe.algorithm.steps - 1))
+    return {"checkpoint": str(checkpoint.path), "global_step": checkpoint.global_step, "step": step,
+            "dropped_lines": dropped}
+
+
 def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     """Train as the plan says and return the run summary (also written to summary.json)."""
     t_start = time.monotonic()
+    recipe = recipe_from_dict(plan.recipe)
+    resumed_from = resume_point(recipe, run_dir) if recipe.run.resume else None
     import torch
 
     # TRL 1.16 still calls transformers' deprecated is_gradient_checkpointing: noise for the user, not theirs to fix.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-    recipe = recipe_from_dict(plan.recipe)
     host = get_host()
     hooks = host.pm.hook
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -164,8 +194,10 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     rewards = RewardExecutor(spec_from_recipe(recipe, host.rewards, plan.framework))
     summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
                                "seed": recipe.seed, "state": "failed"}
+    if resumed_from is not None:
+        summary["resumed_from"] = resumed_from
     try:
-        _train(recipe, args, rewards, info, host, t_start, summary)
+        _train(recipe, args, rewards, info, host, t_start, summary, resumed_from)
     except KeyboardInterrupt:
         summary["state"] = "interrupted"
         raise
@@ -183,8 +215,12 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
 
 
 def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: RunInfo, host: Host, t_start: float,
-           summary: dict[str, Any]) -> None:
-    """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails)."""
+           summary: dict[str, Any], resumed_from: dict[str, Any] | None = None) -> None:
+    """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails).
+
+    ``resumed_from`` (see :func:`resume_point`): TRL restores weights, optimizer, scheduler and RNG from the
+    checkpoint, and the held-out eval before training is not run again (the first run's is in eval.jsonl).
+    """
     import torch
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
@@ -193,6 +229,13 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
     run_dir = info.run_dir
     hooks = host.pm.hook
     model, tok, model_info = load_model(recipe)
+    # A run killed after its last checkpoint (during the final eval) has no training left. It must not reach
+    # trainer.train: resumed at max_steps, transformers 5.24 still takes one more generation and optimizer step.
+    # Its final weights come from the checkpoint instead, on the device training would have used.
+    training_done = resumed_from is not None and resumed_from["step"] >= recipe.algorithm.steps
+    if training_done:
+        model = type(model).from_pretrained(resumed_from["checkpoint"], dtype=model.dtype)
+        model.to("cpu" if args["use_cpu"] else "cuda")
     train_raw = limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
                       recipe.data.train_rows, recipe.seed)
     train_rows = prepare_rows(train_raw, recipe.data, tok, recipe.data.train)
@@ -201,11 +244,14 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
         eval_raw = limit(load_rows(recipe.data.eval, recipe.data, recipe.seed, "test", "data.eval"),
                          recipe.data.eval_rows, recipe.seed)
         eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval)
-    write_json(run_dir / MANIFEST, build_manifest(
+    manifest = build_manifest(
         framework=info.framework, seed=recipe.seed, reward_sources=reward_sources(host.rewards, rewards.spec.names),
         model=model_info, project_dir=Path.cwd(),
         data={"train": recipe.data.train, "train_rows": len(train_rows), "train_sha256": fingerprint(train_rows),
-              "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)}))
+              "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)})
+    if resumed_from is not None:
+        manifest["resumed_from"] = resumed_from
+    write_json(run_dir / MANIFEST, manifest)
 
     suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
     mini = recipe.algorithm.mini_batches_per_step
@@ -236,18 +282,24 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
                     and state.global_step < args.max_steps:
                 run_eval(state.global_step // mini)
 
-    if eval_rows and recipe.eval.before_training:
+    if resumed_from is not None:
+        before = [e for e in read_jsonl(run_dir / EVAL) if e.get("kind") == "summary" and e.get("step") == 0]
+        if before:
+            summary["accuracy_before"] = before[-1]["accuracy"]
+    elif eval_rows and recipe.eval.before_training:
         summary["accuracy_before"] = run_eval(0)["accuracy"]
-    adapter = TrlRewardAdapter(
-        rewards, eos_ids=eos_ids(model, tok), mini_batches=mini,
-        on_scored=lambda step, records: hooks.unirl_rollouts_scored(run=info, step=step, records=records))
-    trainer = GRPOTrainer(
-        model=model, reward_funcs=adapter.reward_funcs(),
-        args=GRPOConfig(output_dir=str(run_dir / "trl"), **args),
-        train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()])
-    trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
     t_train = time.monotonic()
-    trainer.train()
+    if not training_done:
+        adapter = TrlRewardAdapter(
+            rewards, eos_ids=eos_ids(model, tok), mini_batches=mini,
+            on_scored=lambda step, records: hooks.unirl_rollouts_scored(run=info, step=step, records=records))
+        trainer = GRPOTrainer(
+            model=model, reward_funcs=adapter.reward_funcs(),
+            args=GRPOConfig(output_dir=str(run_dir / CHECKPOINTS), **args),
+            train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()])
+        trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
+        # TRL restores weights, optimizer, scheduler, RNG and the data order from the checkpoint
+        trainer.train(resume_from_checkpoint=resumed_from["checkpoint"] if resumed_from else None)
     summary["train_time_s"] = time.monotonic() - t_train
     if eval_rows:
         final = run_eval(recipe.algorithm.steps)

@@ -1,0 +1,175 @@
+"""Resume: a run killed mid-training continues from its newest checkpoint, and its directory reads as one run."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import read_jsonl, run_cli
+from unirl.resume import latest_trainer_checkpoint, resume_overrides
+from unirl.run import append_jsonl, truncate_after
+from unirl.run import read_jsonl as read_jsonl_of_run
+
+STEPS = 12
+PROMPTS = 2
+SAMPLES = 4
+CHECKPOINT_EVERY = 4
+EVAL_EVERY = 3
+RUN = ["algorithm.steps=12", "algorithm.prompts_per_step=2", "algorithm.samples_per_prompt=4",
+       "algorithm.mini_batches_per_step=2", "run.checkpoint_every=4", "eval.every_steps=3", "data.eval_rows=3",
+       "logging.progress=false", "logging.plot=false"]
+# A step of the tiny model takes ~40 ms: too quick to kill between two checkpoints. A hook that sleeps after each
+# logged step gives the test a window of a few hundred ms per step, and changes nothing else about the run.
+SLOW_STEPS = ("import time\n\nimport unirl\n\n\n"
+              "@unirl.hookimpl\n"
+              "def unirl_metrics(run, step, metrics):\n"
+              "    time.sleep(0.3)\n")
+
+
+def _steps(path: Path) -> list[int]:
+    return [r["step"] for r in read_jsonl(path)]
+
+
+def _kill_after_first_checkpoint(cwd: Path, run_dir: Path) -> None:
+    """Start the run as the user would and SIGKILL its whole process group once it has logged past a checkpoint."""
+    proc = subprocess.Popen([sys.executable, "-m", "unirl.cli", *RUN, f"hydra.run.dir={run_dir}"], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if metrics.exists() and max(_steps(metrics), default=0) > CHECKPOINT_EVERY:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, "the run never logged past its first checkpoint"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # no chance to clean up: what a lost node or the OOM killer does
+        proc.wait(timeout=60)
+
+
+@pytest.mark.train
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_its_checkpoint_without_duplicated_or_torn_lines(isolated: Path) -> None:
+    (isolated / "unirlfile.py").write_text(SLOW_STEPS)
+    run_dir = isolated / "runs" / "killed"
+    _kill_after_first_checkpoint(isolated, run_dir)
+    assert not (run_dir / "summary.json").exists()
+    checkpoint = latest_trainer_checkpoint(run_dir / "trl")
+    assert checkpoint is not None
+    # mini_batches_per_step=2: TRL's global_step counts two optimizer updates per unirl step
+    checkpoint_step = checkpoint.global_step // 2
+    assert checkpoint_step % CHECKPOINT_EVERY == 0 and checkpoint_step < STEPS
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "model.safetensors"):
+        assert (checkpoint.path / name).is_file(), name
+    assert max(_steps(run_dir / "metrics.jsonl")) > checkpoint_step, "the kill left steps after the checkpoint"
+    # What else a kill can leave: a checkpoint folder cut off mid-save, and a line cut off mid-write.
+    (run_dir / "trl" / "checkpoint-22").mkdir()
+    (run_dir / "trl" / "checkpoint-22" / "optimizer.pt").write_bytes(b"partial")
+    with (run_dir / "metrics.jsonl").open("a") as metrics:
+        metrics.write('{"step": 7, "reward/total/me')
+
+    overrides = resume_overrides(run_dir)
+    assert overrides[-2:] == ["run.resume=true", f"hydra.run.dir={run_dir.resolve()}"]
+    out = run_cli(*overrides, cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")  # every line parses
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    trajectories = read_jsonl(run_dir / "trajectories.jsonl")
+    per_step = collections.Counter(t["step"] for t in trajectories)
+    assert per_step == {step: PROMPTS * SAMPLES for step in range(1, STEPS + 1)}
+    per_prompt = collections.Counter((t["step"], t["prompt"]) for t in trajectories)
+    assert all(count % SAMPLES == 0 for count in per_prompt.values())
+    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
+    # before training once (the resume does not evaluate the start again), then every 3 steps and at the end
+    assert [e["step"] for e in evals] == [0, *range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed"
+    assert summary["resumed_from"]["step"] == checkpoint_step
+    assert summary["resumed_from"]["checkpoint"] == str(checkpoint.path)
+    assert summary["accuracy_before"] == evals[0]["accuracy"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["resumed_from"]["global_step"] == checkpoint.global_step
+    assert latest_trainer_checkpoint(run_dir / "trl").global_step == STEPS * 2
+
+    # TRL restores weights, optimizer, scheduler and RNG: on the CPU the resumed run is the uninterrupted one, exactly
+    (isolated / "unirlfile.py").unlink()
+    whole = run_cli(*RUN, "hydra.run.dir=runs/whole", cwd=isolated)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    reference = read_jsonl(isolated / "runs/whole/metrics.jsonl")
+    assert [(m["reward/total/mean"], m["loss"]) for m in metrics] == [(m["reward/total/mean"], m["loss"])
+                                                                       for m in reference]
+    assert [t["completion"] for t in trajectories] == [t["completion"] for t in
+                                                       read_jsonl(isolated / "runs/whole/trajectories.jsonl")]
+
+    # Killed after its last checkpoint (say during the final eval): nothing left to train, the final eval runs again
+    # on the checkpoint's weights, and the directory ends as it would have.
+    whole_dir = isolated / "runs/whole"
+    before = {name: (whole_dir / name).read_bytes() for name in ("metrics.jsonl", "trajectories.jsonl", "eval.jsonl")}
+    again = run_cli(*resume_overrides(whole_dir), cwd=isolated)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {name: (whole_dir / name).read_bytes() for name in before} == before
+    assert json.loads((whole_dir / "summary.json").read_text())["resumed_from"]["step"] == STEPS
+    assert latest_trainer_checkpoint(whole_dir / "trl").global_step == STEPS * 2  # no extra update
+
+
+@pytest.mark.train
+@pytest.mark.slow
+def test_resume_without_a_checkpoint_is_refused_naming_run_resume(isolated: Path) -> None:
+    fresh = run_cli(*RUN[:3], "run.resume=true", "hydra.run.dir=runs/fresh", cwd=isolated)
+    assert fresh.returncode == 2, fresh.stderr[-3000:]
+    assert "run.resume=true: no complete checkpoint" in fresh.stderr and "runs/fresh" in fresh.stderr
+
+    # an earlier run whose only checkpoint a kill cut off mid-save: nothing to resume from either
+    partial = isolated / "runs" / "partial"
+    (partial / ".hydra").mkdir(parents=True)
+    (partial / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in RUN[:3]))
+    (partial / "trl" / "checkpoint-4").mkdir(parents=True)
+    (partial / "trl" / "checkpoint-4" / "model.safetensors").write_bytes(b"partial")
+    resumed = run_cli(*resume_overrides(partial), cwd=isolated)
+    assert resumed.returncode == 2, resumed.stderr[-3000:]
+    assert f"run.resume=true: no complete checkpoint in {partial / 'trl'}" in resumed.stderr
+    assert not (partial / "manifest.json").exists()  # refused before the backend started
+
+def test_truncate_after_drops_later_steps_and_a_torn_last_line_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": 0, "kind": "summary"}, {"step": 1}, {"step": 2}, {"note": "no step"}, {"step": 3}, {"step": 2.0}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"step": 4, "loss": 0.')
+    inode = path.stat().st_ino
+
+    assert truncate_after(path, 2) == 2  # step 3, and the torn line
+    assert read_jsonl(path) == [{"step": 0, "kind": "summary"}, {"step": 1}, {"step": 2}, {"note": "no step"},
+                                {"step": 2.0}]
+    assert path.stat().st_ino != inode  # replaced, not rewritten in place
+    assert not list(tmp_path.glob("*.tmp"))
+
+    assert truncate_after(path, 2) == 0  # nothing more to drop: the file is left alone
+    assert truncate_after(tmp_path / "missing.jsonl", 2) == 0
+    unusual = tmp_path / "trajectories.jsonl"  # JSON leaves these line separators raw inside strings
+    append_jsonl(unusual, [{"step": 1, "completion": "a\u2028b\x85c\rd"}, {"step": 2, "completion": "e"}])
+    assert truncate_after(unusual, 1) == 1
+    assert read_jsonl_of_run(unusual) == [{"step": 1, "completion": "a\u2028b\x85c\rd"}]
+    complete_but_unterminated = tmp_path / "eval.jsonl"
+    complete_but_unterminated.write_text('{"step": 1}\n{"step": 1}')
+    assert truncate_after(complete_but_unterminated, 5) == 0
+    assert complete_but_unterminated.read_text() == '{"step": 1}\n{"step": 1}\n'  # the next append starts a line
+    assert truncate_after(complete_but_unterminated, 0) == 2
+    assert complete_but_unterminated.read_text() == ""
+
+
+def test_resume_overrides_repeat_the_runs_command_with_resume_and_its_directory(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "my run"
+    (run_dir / ".hydra").mkdir(parents=True)
+    (run_dir / ".hydra" / "overrides.yaml").write_text(
+        "- algorithm.steps=12\n- run.resume=false\n- rewards=[{name:math_answer}]\n")
+    assert resume_overrides(run_dir) == ["algorithm.steps=12", "rewards=[{name:math_answer}]", "run.resume=true",
+                                         f"hydra.run.dir='{run_dir.resolve()}'"]
