@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm_cluster import slurm_cluster  # noqa: F401  (a session fixture for slurm tests)
 from unirl.plugins import reset_host
 
 

@@ -63,3 +63,21 @@ def test_a_failed_member_is_listed_with_its_error_and_fails_the_sweep(isolated: 
 def test_compare_of_a_directory_without_members_is_a_clear_error(isolated: Path) -> None:
     out = run_cli("compare", str(isolated))
     assert out.returncode == 2 and "holds no Hydra multirun members" in out.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.train
+@pytest.mark.slow
+def test_a_2x2_sweep_through_submitit_on_slurm(isolated: Path, slurm_cluster: str) -> None:
+    """Each member is its own Slurm job (submitit's sbatch array); outcomes come back from the compute node."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    out = run_cli("-m", "hydra/launcher=submitit_slurm", f"hydra.launcher.partition={slurm_cluster}",
+                  "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
+                  "algorithm.lr=1e-4,3e-4", "seed=0,1", *SHORT, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = sweep_dir(isolated)
+    outcomes = [json.loads((sweep / str(i) / "outcome.json").read_text()) for i in range(4)]
+    assert [o["state"] for o in outcomes] == ["completed"] * 4
+    assert len(list((sweep / ".submitit").rglob("*_log.out"))) == 4  # four Slurm tasks ran them
+    rows = json.loads(run_cli("compare", str(sweep), "--json").stdout)["members"]
+    assert all(r["state"] == "completed" and r["steps"] == 3 for r in rows)
