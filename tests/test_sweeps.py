@@ -81,3 +81,14 @@ def test_a_2x2_sweep_through_submitit_on_slurm(isolated: Path, slurm_cluster: st
     assert len(list((sweep / ".submitit").rglob("*_log.out"))) == 4  # four Slurm tasks ran them
     rows = json.loads(run_cli("compare", str(sweep), "--json").stdout)["members"]
     assert all(r["state"] == "completed" and r["steps"] == 3 for r in rows)
+
+
+@pytest.mark.train
+@pytest.mark.slow
+def test_a_sweep_through_submitit_local_processes(isolated: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    out = run_cli("-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "seed=0,1", *SHORT,
+                  timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    sweep = sweep_dir(isolated)
+    assert [json.loads((sweep / str(i) / "outcome.json").read_text())["state"] for i in range(2)] == ["completed"] * 2
