@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -28,16 +29,28 @@ def read_jsonl(path: Path) -> list[dict]:
 REPO = Path(__file__).resolve().parents[1]
 
 
-def backend_python(backend: str) -> Path:
-    """The interpreter of a backend's own venv (scripts/backend_venv.sh). Missing: skip here, fail in CI."""
+def missing(message: str) -> NoReturn:
+    """A component the test command installs is absent: skip here (a partial setup), fail in CI."""
     import pytest
 
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require_module(name: str, install: str) -> None:
+    """An optional extra (ray, Hydra's launchers) that the README's test command installs."""
+    import importlib.util
+
+    if importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None:
+        missing(f"{name} is not installed: {install}")
+
+
+def backend_python(backend: str) -> Path:
+    """The interpreter of a backend's own venv (scripts/backend_venv.sh). Missing: skip here, fail in CI."""
     python = Path(os.environ.get("UNIRL_VENVS_DIR", REPO / ".venvs")) / backend / "bin" / "python"
     if not python.exists():
-        message = f"{python} is missing: run scripts/backend_venv.sh {backend}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(f"{python} is missing: run scripts/backend_venv.sh {backend}")
     return python
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.backend_recipes import gpu_recipe
+from tests.helpers import missing
 from unirl.backend_env import CORE_DIR, launch_command, stage_light_core
 from unirl.export import canonical_rows, write_export
 from unirl.native import CORE_PACKAGES
@@ -24,7 +25,7 @@ def bare_python() -> str:
     for candidate in ("/usr/bin/python3", shutil.which("python3") or ""):
         if candidate and subprocess.run([candidate, "-c", "import pluggy"], capture_output=True).returncode != 0:
             return candidate
-    pytest.skip("no interpreter without pluggy on this machine")
+    missing("no interpreter without pluggy on this machine (the system python3 of a Debian image has none)")
 
 
 @pytest.mark.parametrize("adapter", ["unirl.adapters.verl", "unirl.adapters.openrlhf", "unirl.adapters.slime",

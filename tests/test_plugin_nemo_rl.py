@@ -342,8 +342,7 @@ def test_cross_field_checks_on_the_base_config_itself() -> None:
 
 def test_hydra_applies_every_override_to_the_base_config() -> None:
     """NeMo RL applies the overrides with Hydra's parser on a struct config (nemo_rl/utils/config.py:168-188)."""
-    omegaconf = pytest.importorskip("omegaconf")
-    pytest.importorskip("hydra")
+    import omegaconf
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
 

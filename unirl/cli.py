@@ -106,9 +106,6 @@ def _hydra_flags_only(argv: list[str]) -> bool:
 _RESULTS: list[dict[str, Any]] = []
 
 
-OUTCOME = "outcome.json"
-
-
 def _record(outcome: dict[str, Any]) -> dict[str, Any]:
     """Remember each run's outcome, here and in its run directory: the process exit code summarises them all,
     and a sweep whose members ran in other processes (joblib, submitit) reads them back from ``outcome.json``."""
@@ -116,6 +113,7 @@ def _record(outcome: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(outcome["run_dir"])
     if run_dir.is_dir():
         from unirl.run import write_json
+        from unirl.sweep import OUTCOME
 
         write_json(run_dir / OUTCOME, outcome)
     return outcome

@@ -187,8 +187,8 @@ class NativeFramework:
 
     def validate(self, plan: LaunchPlan) -> None:
         """Against the backend's own code where it is installed, else against the plugin's key schema."""
-        python = python_option(self.name, plan.recipe.get("framework", {}))
-        if self.check_module and plan.environment.kind != "image" and self.installed_version(python):
+        # plan.framework_version is what plan() found installed in the backend's interpreter (None: not there).
+        if self.check_module and plan.environment.kind != "image" and plan.framework_version:
             [result] = self.check_in_backend([plan])
             if result.get("problems"):
                 lines = "\n".join(f"  - {p}" for p in result["problems"])
@@ -270,8 +270,4 @@ def user_reward_packages(spec: Any) -> list[str]:
     return found
 
 
-def unsupported_unless(ok: bool, field: str, value: Any, backend: str, text: str) -> list[FieldError]:
-    return [] if ok else [Unsupported(field, value, backend, text)]
-
-
-__all__ = ["OMIT", "NativeFramework", "Translation", "model_location", "translate", "unsupported_unless"]
+__all__ = ["OMIT", "NativeFramework", "Translation", "model_location", "translate"]

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from unirl.plan import LaunchPlan
-from unirl.run import write_json
+from unirl.run import SUMMARY, write_json
 
 JOB_RECORD = "job.json"
+BACKEND_LOG = "backend.log"
+"""The backend's output as the scheduler saw it (what a failure's log tail comes from)."""
 # completed: exit 0; failed: non-zero exit or killed by a signal; cancelled: stopped by the scheduler (scancel,
 # ray job stop, unirl stop); interrupted: Ctrl-C in unirl; submitted: handed over without waiting (wait=false).
 STATES = ("submitted", "running", "completed", "failed", "cancelled", "interrupted")
@@ -64,6 +66,15 @@ def write_job_record(run_dir: Path, scheduler: str, job_id: str, state: str, sub
 def read_job_record(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / JOB_RECORD
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """The backend's ``summary.json`` when it wrote one (unirl's TRL runner does; native backends do not)."""
+    path = run_dir / SUMMARY
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
 
 
 def finish(run_dir: Path, scheduler: str, result: JobResult) -> JobResult:

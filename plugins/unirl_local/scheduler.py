@@ -8,22 +8,21 @@ with the signal named and its log tail recorded.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from unirl.backend_env import launch_command
 from unirl.plan import LaunchPlan
 from unirl.registry import load_dotted
-from unirl.run import SUMMARY
-from unirl.scheduler import JobResult, finish, write_job_record
+from unirl.scheduler import BACKEND_LOG, JobResult, finish, read_summary, write_job_record
 
 GRACE_S = 10.0
-BACKEND_LOG = "backend.log"
 STOP_REQUESTED = ".stop_requested"  # written by `unirl stop`: the end that follows is a cancellation
 NAME = "local"
 
@@ -71,8 +70,7 @@ class LocalScheduler:
             code = stop_group(proc.pid, proc)
             return finish(run_dir, NAME, JobResult("interrupted", code, job_id=job_id, log_tail="".join(tail),
                                                    error="interrupted (Ctrl-C): the backend was stopped"))
-        summary_path = run_dir / SUMMARY
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        summary = read_summary(run_dir)
         if code == 0:
             return finish(run_dir, NAME, JobResult("completed", 0, job_id=job_id, summary=summary))
         if (run_dir / STOP_REQUESTED).exists():
@@ -84,22 +82,28 @@ class LocalScheduler:
                                                log_tail="".join(tail), error=error))
 
     def stop(self, record: dict[str, Any]) -> str:
-        """SIGINT, then SIGTERM, then SIGKILL to the job's process group (the child's own session)."""
+        """SIGINT, then SIGTERM, then SIGKILL: to unirl's own process for an in-process run, else to the child's
+        process group (its own session)."""
         pid = int(record["job_id"])
         if not _alive(pid):
             return f"process {pid} is not running (state {record.get('state')})"
-        target = pid if record.get("submitted", {}).get("in_process") else -pid
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-            try:
-                if target > 0:
-                    os.kill(target, sig)
-                else:
-                    os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            if _wait_gone(pid, GRACE_S):
-                return f"stopped process {pid} with {sig.name}"
-        return f"sent SIGKILL to process {pid}"
+        in_process = record.get("submitted", {}).get("in_process")
+        worked = escalate(lambda sig: os.kill(pid, sig) if in_process else os.killpg(pid, sig),
+                          lambda timeout: _wait_gone(pid, timeout))
+        return f"stopped process {pid} with {worked.name}" if worked else f"sent SIGKILL to process {pid}"
+
+
+def escalate(send: Callable[[signal.Signals], None], gone: Callable[[float], bool]) -> signal.Signals | None:
+    """SIGINT, then SIGTERM, then SIGKILL, each given GRACE_S to work; returns the signal that ended the process
+    (None when it was already gone, or outlived SIGKILL's grace)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        try:
+            send(sig)
+        except ProcessLookupError:
+            return None
+        if gone(GRACE_S):
+            return sig
+    return None
 
 
 def _alive(pid: int) -> bool:
@@ -113,8 +117,6 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
-    import time
-
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if not _alive(pid):
@@ -124,14 +126,14 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 
 def stop_group(pgid: int, proc: subprocess.Popen[str]) -> int:
-    """Stop a child in its own session: SIGINT, then SIGTERM, then SIGKILL, each given GRACE_S to work."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+    """Stop our own child (its session's process group) and reap it; returns its exit status."""
+
+    def reaped(timeout: float) -> bool:
         try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            return proc.wait(timeout=GRACE_S)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            continue
+            return False
+        return True
+
+    escalate(lambda sig: os.killpg(pgid, sig), reaped)
     return proc.wait()

@@ -20,12 +20,10 @@ from typing import Any, ClassVar
 from unirl.backend_env import launch_command
 from unirl.errors import UnirlError
 from unirl.plan import LaunchPlan
-from unirl.run import PLAN, SUMMARY, write_json
-from unirl.scheduler import JobResult, finish, write_job_record
+from unirl.scheduler import BACKEND_LOG, JobResult, finish, read_summary, write_job_record
 
 NAME = "ray"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
-BACKEND_LOG = "backend.log"
 # Ray job states -> unirl's; STOPPED is a job someone stopped (Ctrl-C, unirl stop, ray job stop).
 FINAL = {"SUCCEEDED": "completed", "FAILED": "failed", "STOPPED": "cancelled"}
 # Right after a head starts, its job API answers 500 "No available agent to submit job" until the node's agent
@@ -72,9 +70,6 @@ class RayScheduler:
     def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
         address = address_of(options)
         client = client_for(address)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not (run_dir / PLAN).exists():
-            write_json(run_dir / PLAN, plan.to_dict())  # a runner that reads its plan from the run directory
         command, env = launch_command(plan, run_dir)
         runtime_env = {"env_vars": {**env, **{k: str(v) for k, v in (options.get("env_vars") or {}).items()},
                                     "RAY_USAGE_STATS_ENABLED": "0"}}
@@ -120,12 +115,9 @@ class RayScheduler:
                                                    error="interrupted (Ctrl-C): the Ray job was stopped"))
 
     def _result(self, client: Any, job_id: str, run_dir: Path, status: str, logs: str) -> JobResult:
-        import json
-
         info = client.get_job_info(job_id)
         code = info.driver_exit_code if info.driver_exit_code is not None else (0 if status == "SUCCEEDED" else 1)
-        summary_path = run_dir / SUMMARY
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+        summary = read_summary(run_dir)
         state = FINAL[status]
         error = "" if state == "completed" else f"Ray job {status.lower()}: {info.message or ''}".strip()
         return finish(run_dir, NAME, JobResult(state, int(code), job_id=job_id, summary=summary,

@@ -11,7 +11,6 @@ allocation first: the head on the batch node, one worker per other node through 
 from __future__ import annotations
 
 import collections
-import json
 import os
 import re
 import shlex
@@ -26,8 +25,7 @@ from typing import Any, ClassVar
 from unirl.backend_env import launch_command
 from unirl.errors import UnirlError
 from unirl.plan import LaunchPlan
-from unirl.run import PLAN, SUMMARY, write_json
-from unirl.scheduler import JobResult, finish, read_job_record, write_job_record
+from unirl.scheduler import JobResult, finish, read_job_record, read_summary, write_job_record
 
 NAME = "slurm"
 SCRIPT = "job.sbatch"
@@ -95,9 +93,6 @@ class SlurmScheduler:
         if sbatch is None:
             raise UnirlError(f"scheduler=slurm needs sbatch, which is not on PATH: {INSTALL_HINT}")
         run_dir.mkdir(parents=True, exist_ok=True)
-        if plan.in_process and not (run_dir / PLAN).exists():
-            # In-process plans skip the plan file the local scheduler does not need; a batch job runs the command.
-            write_json(run_dir / PLAN, plan.to_dict())
         script = run_dir / SCRIPT
         script.write_text(render_script(plan, run_dir, opts, ray_based=ray))
         (run_dir / EXIT_CODE_FILE).unlink(missing_ok=True)
@@ -398,9 +393,3 @@ class OutputFollower:
         return "".join(self.lines)
 
 
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / SUMMARY
-    try:
-        return json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, json.JSONDecodeError):
-        return {}

@@ -213,13 +213,13 @@ class TrlFramework:
         )
 
     def prepare(self, plan: LaunchPlan, run_dir: Path, host: Any) -> LaunchPlan:
-        """The runner writes its own files; a child-process launch needs the plan file it is pointed at."""
+        """The run directory with the resolved plan in it: every launch but the in-process one points the runner
+        at that file (a child, a Ray job, a Slurm job)."""
         if plan.recipe["run"]["resume"]:  # a resume with nothing to resume from is the user's input, refused here
             require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
         resolved = plan.resolve(str(run_dir))
-        if not resolved.in_process:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_json(run_dir / PLAN, resolved.to_dict())
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / PLAN, resolved.to_dict())
         return resolved
 
     def validate(self, plan: LaunchPlan) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from unirl.errors import FieldError
 from unirl.framework import OMIT, Capabilities, Mapping
 from unirl.hydra_overrides import to_overrides
 from unirl.native import NativeFramework, model_location
@@ -192,7 +191,7 @@ class VerlFramework(NativeFramework):
     def plan(self, recipe: Recipe) -> LaunchPlan:
         t = self.translation(recipe)
         version, installed, rows, native = t.version, t.installed, t.rows, t.native
-        self.refuse(t.problems + _batch_problems(recipe))
+        self.refuse(t.problems)  # the batch split over GPUs is unirl.recipe.validate's, checked before plan
         env = self.environment(recipe)
         pythonpath = ":".join([f"{RUN_DIR}/unirl_core", *env.reward_paths])
         # Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start.
@@ -222,15 +221,3 @@ class VerlFramework(NativeFramework):
         from unirl_verl.schema import unknown_keys
 
         return unknown_keys(plan.native_config["overrides"])
-
-def _batch_problems(r: Recipe) -> list[FieldError]:
-    """verl's ppo_mini_batch_size (prompts x n) must split evenly over the GPUs (validate_config checks it too)."""
-    a = r.algorithm
-    if a.prompts_per_step % a.mini_batches_per_step:
-        return []  # already reported by the mapping table
-    per_mini = a.prompts_per_step // a.mini_batches_per_step * a.samples_per_prompt
-    if per_mini % r.world_size:
-        return [FieldError("algorithm.mini_batches_per_step", a.mini_batches_per_step,
-                           f"each mini-batch of {per_mini} completions must split evenly over "
-                           f"{r.world_size} GPUs (verl normalises ppo_mini_batch_size by the world size)")]
-    return []
