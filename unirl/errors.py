@@ -45,3 +45,11 @@ class UnknownName(UnirlError):
         self.available = sorted(available)
         shown = ", ".join(self.available) or "none"
         super().__init__(f"unknown {kind} {name!r}; installed {kind}s: {shown}")
+
+
+class InfrastructureError(UnirlError):
+    """The machine, not the sample, failed a reward call (an overloaded host, a sandbox that cannot start).
+
+    The reward executor counts it as its own error kind (``infrastructure``), never as a score: a correct
+    completion must not be scored 0 because the host was busy.
+    """
