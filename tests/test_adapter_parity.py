@@ -259,7 +259,7 @@ def test_http_server_rejects_a_malformed_request(spec_file: tuple[RewardRuntimeS
         request = urllib.request.Request(url, b'{"prompts": ["p"]}', {"Content-Type": "application/json"})
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(request, timeout=30)
-        assert info.value.code == 400 and "expected JSON with query" in info.value.read().decode()
+        assert info.value.code == 422 and json.loads(info.value.read())["field"] == "query"
     finally:
         server.shutdown()
         server.server_close()
