@@ -3,12 +3,17 @@
 A child's output is streamed as it comes and kept in ``backend.log``; Ctrl-C is forwarded as SIGINT so the backend
 can stop cleanly, then escalated to SIGTERM and SIGKILL if it does not. A child killed by a signal is a failed run
 with the signal named and its log tail recorded.
+
+``job.json`` records the process with its start time (``pid_start``, from ``/proc/<pid>/stat``), and ``unirl stop``
+signals it only while that same process runs: a pid that is not an integer above 1 (``-1`` would be every process,
+``1`` init's group) is refused, and so is a pid the kernel has since given to another process.
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,13 +23,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from unirl.backend_env import launch_command
+from unirl.errors import UnirlError
 from unirl.plan import LaunchPlan
 from unirl.registry import load_dotted
+from unirl.run_lock import boot_id, note_child, process_start, started_text
 from unirl.scheduler import BACKEND_LOG, JobResult, finish, read_summary, write_job_record
 
 GRACE_S = 10.0
 STOP_REQUESTED = ".stop_requested"  # written by `unirl stop`: the end that follows is a cancellation
 NAME = "local"
+PID = re.compile(r"[0-9]{1,10}")
 
 
 class LocalScheduler:
@@ -34,16 +42,21 @@ class LocalScheduler:
 
     def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
         run_dir.mkdir(parents=True, exist_ok=True)
+        # A `unirl stop` of an earlier start of this directory (before a resume) is not a stop of this one.
+        (run_dir / STOP_REQUESTED).unlink(missing_ok=True)
         if plan.in_process and options.get("in_process", True):
             job_id = str(os.getpid())
-            write_job_record(run_dir, NAME, job_id, "running", {"entrypoint": plan.entrypoint, "in_process": True})
+            write_job_record(run_dir, NAME, job_id, "running", {"entrypoint": plan.entrypoint, "in_process": True},
+                             **_identity(os.getpid()))
             run = load_dotted(plan.entrypoint)
             try:
                 summary = run(plan, run_dir)
             except KeyboardInterrupt:
                 return finish(run_dir, NAME, JobResult("interrupted", 130, job_id=job_id))
-            return finish(run_dir, NAME, JobResult(summary.get("state", "completed"), 0, job_id=job_id,
-                                                   summary=summary))
+            state = summary.get("state", "completed")
+            # A run the backend itself judged not completed (e.g. zero optimizer updates) is a failure with its reason.
+            return finish(run_dir, NAME, JobResult(state, 0 if state == "completed" else 1, job_id=job_id,
+                                                   summary=summary, error=str(summary.get("error") or "")))
         return self._child(plan, run_dir)
 
     def _child(self, plan: LaunchPlan, run_dir: Path) -> JobResult:
@@ -56,7 +69,8 @@ class LocalScheduler:
         proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         job_id = str(proc.pid)
-        write_job_record(run_dir, NAME, job_id, "running", {"command": command}, pid=proc.pid)
+        note_child(run_dir, proc.pid)  # the child writes the run directory too, and may outlive this process
+        write_job_record(run_dir, NAME, job_id, "running", {"command": command}, pid=proc.pid, **_identity(proc.pid))
         try:
             assert proc.stdout is not None
             with (run_dir / BACKEND_LOG).open("a", encoding="utf-8") as log:
@@ -77,20 +91,66 @@ class LocalScheduler:
             return finish(run_dir, NAME, JobResult("cancelled", code, job_id=job_id, summary=summary,
                                                    log_tail="".join(tail), error="stopped by `unirl stop`"))
         error = (f"killed by signal {signal.Signals(-code).name}" if code < 0
-                 else f"the backend exited with status {code}")
+                 else str(summary.get("error") or f"the backend exited with status {code}"))
         return finish(run_dir, NAME, JobResult("failed", code, job_id=job_id, summary=summary,
                                                log_tail="".join(tail), error=error))
 
     def stop(self, record: dict[str, Any]) -> str:
         """SIGINT, then SIGTERM, then SIGKILL: to unirl's own process for an in-process run, else to the child's
-        process group (its own session)."""
-        pid = int(record["job_id"])
-        if not _alive(pid):
-            return f"process {pid} is not running (state {record.get('state')})"
-        in_process = record.get("submitted", {}).get("in_process")
-        worked = escalate(lambda sig: os.kill(pid, sig) if in_process else os.killpg(pid, sig),
-                          lambda timeout: _wait_gone(pid, timeout))
+        process group (its own session). Only to the recorded process: see :func:`checked_pid`."""
+        pid = checked_pid(record)
+        if pid is None:
+            return f"process {record.get('job_id')} is not running (state {record.get('state')})"
+        submitted = record.get("submitted")
+        in_process = isinstance(submitted, dict) and submitted.get("in_process") is True
+        start = process_start(pid)
+
+        def send(sig: signal.Signals) -> None:
+            if process_start(pid) != start:  # it ended during the grace period: its pid may be someone else's soon
+                raise ProcessLookupError(pid)
+            if in_process:
+                os.kill(pid, sig)
+            else:
+                os.killpg(pid, sig)
+
+        worked = escalate(send, lambda timeout: _wait_gone(pid, timeout, start))
         return f"stopped process {pid} with {worked.name}" if worked else f"sent SIGKILL to process {pid}"
+
+
+def _identity(pid: int) -> dict[str, Any]:
+    """What job.json records so that `unirl stop` can tell the same process from a later one with its pid."""
+    return {"pid_start": process_start(pid), "boot_id": boot_id()}
+
+
+def checked_pid(record: dict[str, Any]) -> int | None:
+    """The pid ``unirl stop`` may signal, None when that process no longer runs; a UnirlError when the record is
+    not trustworthy: the job id is not an integer above 1, is this very process, records no start time, or the
+    process now at that pid started at another time (the pid was reused)."""
+    raw = record.get("job_id")
+    text = str(raw).strip() if isinstance(raw, int | str) and not isinstance(raw, bool) else ""
+    if not PID.fullmatch(text) or int(text) <= 1:
+        raise UnirlError(f"job.json's job_id {raw!r} is not a process id above 1 (-1, 0 and 1 would signal every "
+                         "process, this process group or init's): nothing was signalled")
+    pid = int(text)
+    if pid == os.getpid():
+        raise UnirlError(f"job.json's job_id {pid} is this `unirl stop` process itself: nothing was signalled")
+    recorded = record.get("pid_start")
+    now = process_start(pid)
+    if now is None:
+        if Path("/proc/self/stat").exists() or not _alive(pid):
+            return None  # gone (or a zombie, which is as good as gone)
+        raise UnirlError(f"process {pid} runs, but without /proc this system cannot tell whether it is the run's: "
+                         "nothing was signalled")
+    if not isinstance(recorded, int) or isinstance(recorded, bool):
+        raise UnirlError(f"job.json records no start time for process {pid} (pid_start), so unirl cannot tell "
+                         f"whether the process now at that pid is the run's: nothing was signalled; if you are sure, "
+                         f"kill {pid} yourself")
+    if record.get("boot_id") not in (None, boot_id()) or now != recorded:
+        raise UnirlError(f"process {pid} is not the run's any more: it started "
+                         f"{started_text(now) or 'at another time'}, the run's started "
+                         f"{started_text(recorded) or 'earlier'} (the pid was reused, or the machine rebooted); "
+                         "nothing was signalled")
+    return pid
 
 
 def escalate(send: Callable[[signal.Signals], None], gone: Callable[[float], bool]) -> signal.Signals | None:
@@ -116,10 +176,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
+def _wait_gone(pid: int, timeout: float, start: int | None = None) -> bool:
+    """Has the process (``pid`` started at ``start``, when given) ended within ``timeout``?"""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if not _alive(pid):
+        if not _alive(pid) or (start is not None and process_start(pid) != start):
             return True
         time.sleep(0.1)
     return False

@@ -29,6 +29,8 @@ FINAL = {"SUCCEEDED": "completed", "FAILED": "failed", "STOPPED": "cancelled"}
 # Right after a head starts, its job API answers 500 "No available agent to submit job" until the node's agent
 # registers (research infra.md §1.4): retried for this long.
 AGENT_WAIT_S = 60.0
+# The submission ids unirl makes (see submit): what `unirl stop` accepts from a job.json.
+SUBMISSION_ID = re.compile(r"unirl-[A-Za-z0-9_-]{1,200}-[0-9a-f]{8}")
 
 
 def address_of(options: dict[str, Any]) -> str:
@@ -123,19 +125,56 @@ class RayScheduler:
         return finish(run_dir, NAME, JobResult(state, int(code), job_id=job_id, summary=summary,
                                                log_tail=logs[-4000:] if state != "completed" else "", error=error))
 
+    def active(self, record: dict[str, Any]) -> bool | None:
+        """Is the recorded job still pending or running? None when the cluster does not answer."""
+        job_id = checked_job_id(record)
+        submitted = record.get("submitted")
+        address = record.get("address") or (submitted.get("address") if isinstance(submitted, dict) else None) \
+            or DEFAULT_ADDRESS
+        try:
+            status = str(client_for(address).get_job_status(job_id)).rsplit(".", 1)[-1]
+        except Exception:  # unreachable cluster, unknown job: no answer
+            return None
+        return status not in FINAL
+
     def stop(self, record: dict[str, Any]) -> str:
-        address = record.get("address") or record.get("submitted", {}).get("address") or DEFAULT_ADDRESS
+        """Stop the recorded job, only if it is one unirl submitted for this run directory (see :func:`check_owner`)."""
+        job_id = checked_job_id(record)  # before any cluster is contacted
+        submitted = record.get("submitted")
+        address = record.get("address") or (submitted.get("address") if isinstance(submitted, dict) else None) \
+            or DEFAULT_ADDRESS
         client = client_for(address)
-        job_id = record["job_id"]
         status = str(client.get_job_status(job_id)).rsplit(".", 1)[-1]
         if status in FINAL:
             return f"Ray job {job_id} already ended ({status})"
+        check_owner(job_id, getattr(client.get_job_info(job_id), "metadata", None), record)
         client.stop_job(job_id)
         status = _wait_final(client, job_id, timeout=60.0)
         run_dir = record.get("run_dir")
         if run_dir:
             write_job_record(Path(run_dir), NAME, job_id, FINAL.get(status, "cancelled"), {})
         return f"stopped Ray job {job_id} ({status})"
+
+
+def checked_job_id(record: dict[str, Any]) -> str:
+    """The recorded job id when it has the shape unirl gives its submissions, else a UnirlError (nothing is asked of
+    any cluster): a crafted job.json must not name another user's job."""
+    job_id = record.get("job_id")
+    if not isinstance(job_id, str) or not SUBMISSION_ID.fullmatch(job_id):
+        raise UnirlError(f"job.json's Ray job id {job_id!r} is not one unirl submits (unirl-<run>-<8 hex digits>): "
+                         "nothing was stopped")
+    return job_id
+
+
+def check_owner(job_id: str, metadata: Any, record: dict[str, Any]) -> None:
+    """Refuse to stop a Ray job that was not submitted for this run directory (its ``unirl_run_dir`` metadata)."""
+    run_dir = record.get("run_dir")
+    if not run_dir:
+        return
+    theirs = metadata.get("unirl_run_dir") if isinstance(metadata, dict) else None
+    if not isinstance(theirs, str) or os.path.realpath(theirs) != os.path.realpath(str(run_dir)):
+        raise UnirlError(f"Ray job {job_id} was not submitted for {run_dir} (its metadata names "
+                         f"{theirs!r}): not stopped")
 
 
 def _submit(client: Any, address: str, **kwargs: Any) -> str:

@@ -37,6 +37,8 @@ COMMAND_TIMEOUT_S = 60.0
 LOG_TAIL_LINES = 50
 RAY_PORT = 6379
 RAY_WAIT_S = 300
+# Slurm job ids: a job, an array task (123_4) or a heterogeneous job component (123+1).
+JOB_ID = re.compile(r"[0-9]{1,12}(?:[_+][0-9]{1,9})?")
 QUERY_GIVE_UP_S = 120.0
 """How long squeue may keep failing (controller unreachable) before unirl stops following and decides the state."""
 
@@ -144,15 +146,30 @@ class SlurmScheduler:
                                                summary=read_summary(run_dir), error=outcome.error,
                                                log_tail=output.tail() if outcome.state != "completed" else ""))
 
+    def active(self, record: dict[str, Any]) -> bool | None:
+        """Is the recorded job still queued or running? None when squeue does not answer (or is missing)."""
+        job_id = checked_job_id(record)
+        slurm_conf = record.get("slurm_conf") if isinstance(record.get("slurm_conf"), str) else None
+        state = queue_state(job_id, slurm_conf=slurm_conf) if shutil.which("squeue") else None
+        return None if state is None else state in ACTIVE_STATES
+
     def stop(self, record: dict[str, Any]) -> str:
-        """scancel the recorded job; Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait."""
-        job_id = str(record["job_id"])
+        """scancel the recorded job; Slurm sends SIGTERM, then SIGKILL after the cluster's KillWait.
+
+        Only a job id of Slurm's shape (checked before any Slurm command runs: a crafted ``--user=...`` would be an
+        option to scancel), and only the job whose working directory is this run directory."""
+        job_id = checked_job_id(record)
+        slurm_conf = record.get("slurm_conf") if isinstance(record.get("slurm_conf"), str) else None
         if shutil.which("scancel") is None:
             return f"cannot stop Slurm job {job_id}: scancel is not on PATH ({INSTALL_HINT})"
-        state = queue_state(job_id, slurm_conf=record.get("slurm_conf"))
+        state = queue_state(job_id, slurm_conf=slurm_conf)
         if state == "":
             return f"Slurm job {job_id} is no longer queued or running (recorded state {record.get('state')})"
-        return _scancel(job_id, slurm_conf=record.get("slurm_conf"))
+        if record.get("run_dir"):
+            shown = _slurm(["scontrol", "show", "job", "-o", job_id], slurm_conf)
+            workdir = job_workdir(shown.stdout) if shown is not None and shown.returncode == 0 else None
+            check_owner(job_id, workdir, str(record["run_dir"]))
+        return _scancel(job_id, slurm_conf=slurm_conf)
 
 
 # --- the batch script -------------------------------------------------------------------------------------------
@@ -273,6 +290,30 @@ def _slurm(argv: list[str], slurm_conf: str | None = None) -> subprocess.Complet
         return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, env=env)
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def checked_job_id(record: dict[str, Any]) -> str:
+    """The recorded job id when it has Slurm's shape (digits, an array task ``_N`` or a het component ``+N``), else a
+    UnirlError: nothing else reaches scancel's command line."""
+    raw = record.get("job_id")
+    job_id = str(raw) if isinstance(raw, int | str) and not isinstance(raw, bool) else ""
+    if not JOB_ID.fullmatch(job_id):
+        raise UnirlError(f"job.json's Slurm job id {raw!r} is not a Slurm job id (digits, optionally _N or +N): "
+                         "nothing was cancelled")
+    return job_id
+
+
+def job_workdir(scontrol_line: str) -> str | None:
+    """``WorkDir`` from ``scontrol show job -o`` (one line of key=value pairs; a path may hold spaces)."""
+    match = re.search(r"(?:^|\s)WorkDir=(.*?)(?=\s+[A-Za-z][A-Za-z:/]*=|$)", scontrol_line.strip())
+    return match.group(1) if match else None
+
+
+def check_owner(job_id: str, workdir: str | None, run_dir: str) -> None:
+    """Refuse to cancel a job Slurm runs in another directory: unirl's jobs run in their run directory (--chdir)."""
+    if workdir is not None and os.path.realpath(workdir) != os.path.realpath(run_dir):
+        raise UnirlError(f"Slurm job {job_id} runs in {workdir}, not in {run_dir}: it is not this run's job, "
+                         "nothing was cancelled")
 
 
 def _sbatch(argv: list[str], options: dict[str, Any]) -> str:
