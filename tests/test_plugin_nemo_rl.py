@@ -58,7 +58,6 @@ def shipped_grpo_math(**changes: Any) -> Recipe:
                                   lr_schedule="cosine", kl_coef=0.0, loss_aggregation="token_mean",
                                   advantage_norm="group", temperature=1.0, max_new_tokens=2),
         rewards=[RewardSpec("math_answer", 1.0), RewardSpec("numeric_closeness", 0.5), RewardSpec("bare_number", 0.2)],
-        reward_policy=RewardPolicy(workers=0),
         rollout=RolloutConfig(engine="vllm"),
         resources=ResourcesConfig(device="auto", cpu_threads=1, gpus_per_node=8),
         eval=EvalConfig(every_steps=500, accuracy_reward="math_answer", greedy=False),

@@ -14,7 +14,7 @@ import pytest
 import unirl
 from tests import reward_fixtures as fx
 from unirl.errors import UnirlError
-from unirl.reward_executor import RewardAbort, RewardExecutor
+from unirl.reward_executor import RewardAbort, RewardExecutor, RewardRuntimeError
 from unirl.reward_spec import RewardPolicy, RewardRuntimeSpec, entry_for
 from unirl.rewards import RewardFunction
 
@@ -196,7 +196,57 @@ def test_a_reward_defined_in_main_is_refused_with_a_way_out() -> None:
         ex.score(samples("7"))
 
 
-def test_inline_mode_scores_in_the_calling_process() -> None:
-    ex = RewardExecutor(spec(fx.exact, workers=0))
-    scored = ex.score(samples("7"))
+def test_inline_rewards_score_in_the_calling_process_and_the_rest_in_workers() -> None:
+    inline = entry_for(fx.exact, inline=True)
+    with RewardExecutor(RewardRuntimeSpec((inline, entry_for(fx.exact_slowly)), RewardPolicy(workers=1))) as ex:
+        scored = ex.score(samples("7", "1"))
     assert scored[0].info["exact"]["pid"] == os.getpid()
+    assert scored[0].info["exact_slowly"]["pid"] != os.getpid()
+    assert [s.total for s in scored] == [2.0, 0.0]
+
+
+def test_only_trusted_rewards_default_to_the_callers_thread() -> None:
+    from unirl_rewards.code_exec import code_tests
+    from unirl_rewards.math_answer import math_answer
+
+    assert entry_for(math_answer).inline and not entry_for(math_answer, kwargs={"verifier": "math_verify"}).inline
+    assert not entry_for(fx.exact).inline and not entry_for(code_tests).inline
+    assert not entry_for(math_answer, inline=False).inline and entry_for(fx.exact, inline=True).inline
+
+
+def test_a_failing_dispatcher_fails_the_call_with_its_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A defect in the dispatcher thread itself (here injected into its result handling) must reach the caller."""
+    from unirl import reward_executor
+
+    def broken(*args: object) -> None:
+        raise KeyError("injected defect")
+
+    monkeypatch.setattr(reward_executor._Pool, "_receive", broken)
+    with RewardExecutor(spec(fx.exact, workers=1)) as ex, pytest.raises(RewardRuntimeError, match="injected defect"):
+        ex.score(samples("7"))
+
+
+def test_a_call_that_makes_no_progress_fails_instead_of_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If results stopped being recorded (a defect), the caller's deadline still ends the wait, with the workers'
+    state in the message."""
+    from unirl import reward_executor
+
+    monkeypatch.setattr(reward_executor, "STALL_SLACK_S", 0.5)
+    monkeypatch.setattr(reward_executor._Pool, "_record", lambda self, task, idx, outcomes: None)
+    started = time.monotonic()
+    with RewardExecutor(spec(fx.exact, workers=1, timeout_s=0.5, startup_timeout_s=2.0)) as ex, \
+            pytest.raises(RewardRuntimeError, match=r"no reward result arrived .* workers: 0: pid \d+"):
+        ex.score(samples("7"))
+    assert time.monotonic() - started < 30
+
+
+def test_the_error_rate_is_measured_over_a_window(executor_factory: list[RewardExecutor]) -> None:
+    """A burst of failures late in a long run aborts it, however many calls succeeded before."""
+    ex = make(executor_factory, spec(fx.explodes, max_error_rate=0.5, min_calls=10, error_window=20, workers=1))
+    for _ in range(5):
+        ex.check_policy(ex.score(samples(*["ok"] * 20)))  # 100 successful calls
+    ex.check_policy(ex.score(samples(*["boom"] * 5, *["ok"] * 15)))  # 5 of the last 20: fine
+    with pytest.raises(RewardAbort, match=r"20 of 20 reward calls failed .* over the last 20 calls"):
+        ex.check_policy(ex.score(samples(*["boom"] * 20)))
+    assert ex.stats.first_error is not None and ex.stats.first_error["reward"] == "explodes"
+    assert "grader crashed on purpose" in ex.stats.first_error["message"]

@@ -13,7 +13,7 @@ def test_a_reward_file_named_in_the_recipe_registers_its_rewards(isolated: Path)
     out = run_cli("plan", "--json", "rewards=[{name:mine,file:./r.py}]", "eval.accuracy_reward=mine")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["recipe"]["rewards"] == [{"name": "mine", "weight": 1.0, "kwargs": {},
-                                                             "file": "./r.py"}]
+                                                             "file": "./r.py", "inline": None}]
 
 
 def test_a_missing_or_broken_reward_file_is_named(isolated: Path) -> None:

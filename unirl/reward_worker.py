@@ -1,45 +1,64 @@
 """Calling reward functions and catching everything they can do wrong; also the worker process loop.
 
-An outcome is a plain tuple (cheap to pickle across the pipe):
+An outcome is a plain tuple (cheap to pickle, and nothing but plain values crosses to the host):
 ``("ok", score, components, info)`` or ``("error", kind, message)`` with kind one of
-``exception``, ``invalid`` (wrong type, NaN, undeclared component), ``timeout``, ``crash``.
+``exception``, ``invalid`` (wrong type, NaN, undeclared component), ``timeout``, ``crash``, ``memory``,
+``infrastructure`` (the machine failed the call, e.g. an overloaded sandbox: :class:`unirl.errors.InfrastructureError`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import os
+import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from unirl.errors import InfrastructureError
+from unirl.reward_messages import encode, plain_info
 from unirl.reward_spec import RewardEntry, load_reward
-from unirl.rewards import RewardFunction, RewardResult, Sample, check_result
+from unirl.rewards import RewardFunction, Sample, check_result
 
 Outcome = tuple[Any, ...]
 FLUSH_S = 0.05
 Item = tuple[int, Sample, tuple[int, ...]]  # sample index, sample, indices of the rewards still to compute
 OnCall = Callable[[int, int], None]  # (sample index or -1 for a whole chunk, reward index): a call starts
+LoadedReward = tuple[RewardFunction, dict[str, Any]]
+# What a reward's own code may raise and still be an outcome: SystemExit too (a reward calling sys.exit must not end
+# the worker, let alone the trainer when it scores in-thread); KeyboardInterrupt stays the user's Ctrl-C.
+AUTHOR_FAILURES = (Exception, SystemExit)
+MESSAGE_MAX_CHARS = 8192  # a traceback or reason in trajectories.jsonl; a 50 MB exception message is cut
+
+
+def _capped(message: str) -> str:
+    if len(message) <= MESSAGE_MAX_CHARS:
+        return message
+    half = MESSAGE_MAX_CHARS // 2
+    return f"{message[:half]}\n... [{len(message) - MESSAGE_MAX_CHARS} characters cut] ...\n{message[-half:]}"
 
 
 def ok_outcome(value: Any, rf: RewardFunction) -> Outcome:
     if type(value) is float and math.isfinite(value) and not rf.components:
         return ("ok", value, None, None)  # the common case, without building a RewardResult
     try:
-        result: RewardResult = check_result(value, rf)
+        result = check_result(value, rf)
     except (TypeError, ValueError) as exc:
-        return ("error", "invalid", str(exc))
-    return ("ok", float(result.score), dict(result.components) or None, result.info or None)
+        return ("error", "invalid", _capped(str(exc)))
+    return ("ok", float(result.score), dict(result.components) or None, plain_info(result.info))
 
 
 def error_outcome(exc: BaseException) -> Outcome:
-    return ("error", "exception", "".join(traceback.format_exception(exc)).strip())
+    kind = "infrastructure" if isinstance(exc, InfrastructureError) else "exception"
+    return ("error", kind, _capped("".join(traceback.format_exception(exc)).strip()))
 
 
-def call_rewards(rewards: list[tuple[RewardFunction, dict[str, Any]]], items: list[Item], async_timeout_s: float,
+def call_rewards(rewards: Mapping[int, LoadedReward], items: list[Item], async_timeout_s: float,
                  on_call: OnCall) -> Iterator[tuple[int, list[tuple[int, Outcome]]]]:
-    """Score ``items``; yields ``(sample index, [(reward index, outcome), ...])`` as results become final."""
+    """Score ``items`` (``rewards`` by reward index); yields ``(sample index, [(reward index, outcome), ...])`` as
+    results become final."""
     pending: dict[int, list[tuple[int, Outcome]]] = {}
     chunk_kinds = {r for _, _, todo in items for r in todo if rewards[r][0].kind != "sample"}
     for idx, sample, todo in items:
@@ -51,7 +70,7 @@ def call_rewards(rewards: list[tuple[RewardFunction, dict[str, Any]]], items: li
             on_call(idx, r)
             try:
                 done.append((r, ok_outcome(rf.fn(sample, **kwargs), rf)))
-            except Exception as exc:  # the author's code: any failure is an outcome, never a crash of the run
+            except AUTHOR_FAILURES as exc:  # the author's code: any failure is an outcome, never a crash of the run
                 done.append((r, error_outcome(exc)))
         if chunk_kinds:
             pending[idx] = done
@@ -71,7 +90,7 @@ def _call_batched(rf: RewardFunction, kwargs: dict[str, Any], members: list[tupl
                   timeout_s: float) -> list[Outcome]:
     try:
         values = rf.fn([s for _, s in members], **kwargs)
-    except Exception as exc:
+    except AUTHOR_FAILURES as exc:
         return [error_outcome(exc)] * len(members)
     if not isinstance(values, list | tuple) or len(values) != len(members):
         got = f"{len(values)} values" if isinstance(values, list | tuple) else type(values).__name__
@@ -83,11 +102,16 @@ def _call_batched(rf: RewardFunction, kwargs: dict[str, Any], members: list[tupl
 def _call_async(rf: RewardFunction, kwargs: dict[str, Any], members: list[tuple[int, Sample]],
                 timeout_s: float) -> list[Outcome]:
     async def one(sample: Sample) -> Outcome:
-        try:
-            return ok_outcome(await asyncio.wait_for(rf.fn(sample, **kwargs), timeout_s), rf)
-        except TimeoutError:
+        # asyncio.wait, not wait_for: a TimeoutError the reward raises itself (its own HTTP client's) is the
+        # reward's exception; only our deadline passing is a timeout.
+        task = asyncio.ensure_future(rf.fn(sample, **kwargs))
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        if not done:
+            task.cancel()
             return ("error", "timeout", f"reward {rf.name!r} did not finish within {timeout_s:g} s")
-        except Exception as exc:
+        try:
+            return ok_outcome(task.result(), rf)
+        except AUTHOR_FAILURES as exc:
             return error_outcome(exc)
 
     async def all_of() -> list[Outcome]:
@@ -96,49 +120,87 @@ def _call_async(rf: RewardFunction, kwargs: dict[str, Any], members: list[tuple[
     return asyncio.run(all_of())
 
 
-def load_rewards(entries: tuple[RewardEntry, ...] | list[RewardEntry]) -> list[tuple[RewardFunction, dict[str, Any]]]:
-    return [(load_reward(e), dict(e.kwargs)) for e in entries]
+def load_rewards(entries: list[RewardEntry | None]) -> dict[int, LoadedReward]:
+    """The rewards by their index in the spec; None marks one this process does not score (it runs in-thread)."""
+    return {r: (load_reward(e), dict(e.kwargs)) for r, e in enumerate(entries) if e is not None}
+
+
+class _Channel:
+    """The worker's end of the connection: every message as plain bytes (see :mod:`unirl.reward_messages`)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.conn.send_bytes(encode(message))
 
 
 def worker_main(conn: Any, progress: Any, slot: int) -> None:
     """A worker process: load the rewards once, then score chunks until the host closes the connection.
 
     Before each call it stamps ``progress[slot]`` with (start time, sample index, reward index) in shared
-    memory, so the host can kill exactly the call that overran its timeout and name it.
+    memory, so the host can kill exactly the call that overran its timeout and name it. After a task it checks
+    its own memory and asks to be replaced when over ``memory_mb`` (a leaking reward must not grow unreported).
     """
+    from unirl.process_tree import kill_descendants, rss_mib
+
     base = slot * 3
-    _, entries, async_timeout_s = conn.recv()
+    channel = _Channel(conn)
+    _, entries, async_timeout_s, memory_mb = conn.recv()
     try:
         rewards = load_rewards(entries)
-    except Exception as exc:
-        conn.send(("load_error", "".join(traceback.format_exception(exc)).strip()))
+    except BaseException as exc:  # SystemExit at import included: the host reports it, naming the cause
+        channel.send(("load_error", "".join(traceback.format_exception(exc)).strip()))
         return
-    conn.send(("ready",))
+    channel.send(("ready",))
 
     def on_call(idx: int, r: int) -> None:
         progress[base + 1] = idx
         progress[base + 2] = r
         progress[base] = time.monotonic()
 
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        task_id, items = message
-        # Results go back in batches (at most FLUSH_S apart): one message per sample made the host's dispatcher
-        # thread a tenth of a core on a 2-core machine. A killed worker loses at most FLUSH_S of finished work.
-        results: list[tuple[int, list[tuple[int, Outcome]]]] = []
-        started = last_flush = time.monotonic()
-        for idx, outcomes in call_rewards(rewards, items, async_timeout_s, on_call):
-            results.append((idx, outcomes))
-            if time.monotonic() - last_flush > FLUSH_S:
-                conn.send((task_id, results, None))
-                results, last_flush = [], time.monotonic()
-        progress[base] = 0.0
-        conn.send((task_id, results, time.monotonic() - started))  # the time tells the host how to chunk
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if message is None:
+                return
+            task_id, items = message
+            _score_task(channel, rewards, task_id, items, async_timeout_s, on_call, progress, base)
+            rss = rss_mib(os.getpid())
+            if memory_mb and rss is not None and rss > memory_mb:
+                channel.send(("recycle", rss))
+                return
+    finally:
+        kill_descendants(os.getpid(), reap=True)  # what the rewards started ends with the worker
+
+
+def _score_task(channel: _Channel, rewards: Mapping[int, LoadedReward], task_id: int, items: list[Item],
+                async_timeout_s: float, on_call: OnCall, progress: Any, base: int) -> None:
+    # Results go back in batches (at most FLUSH_S apart): one message per sample made the host's dispatcher
+    # thread a tenth of a core on a 2-core machine. A killed worker loses at most FLUSH_S of finished work.
+    results: list[tuple[int, list[tuple[int, Outcome]]]] = []
+    started = last_flush = time.monotonic()
+    for idx, outcomes in call_rewards(rewards, items, async_timeout_s, on_call):
+        results.append((idx, outcomes))
+        if time.monotonic() - last_flush > FLUSH_S:
+            _send_results(channel, task_id, results, None)
+            results, last_flush = [], time.monotonic()
+    progress[base] = 0.0
+    _send_results(channel, task_id, results, time.monotonic() - started)  # the time tells the host how to chunk
+
+
+def _send_results(channel: _Channel, task_id: int, results: list[tuple[int, list[tuple[int, Outcome]]]],
+                  busy_s: float | None) -> None:
+    try:
+        channel.send((task_id, results, busy_s))
+    except (TypeError, ValueError, AttributeError, RecursionError) as exc:
+        # Outcomes are plain by construction; should one still not encode, its calls fail by name, not the worker.
+        message = f"the reward's result could not be sent to the host ({type(exc).__name__}: {exc})"
+        failed = [(idx, [(r, ("error", "invalid", message)) for r, _ in outcomes]) for idx, outcomes in results]
+        channel.send((task_id, failed, busy_s))
 
 
 def _die_with_parent() -> None:
@@ -157,7 +219,13 @@ def main(argv: list[str]) -> None:
     import mmap
     from multiprocessing.connection import Connection
 
+    from unirl.process_tree import set_child_subreaper
+
     _die_with_parent()
+    set_child_subreaper()
+    # A reward's print() must never reach the host's stdout (``unirl reward test --json`` writes JSON there, and a
+    # backend may parse its own stdout): the worker's stdout is its stderr.
+    os.dup2(2, 1)
     fd, progress_path, slot = int(argv[0]), argv[1], int(argv[2])
     with open(progress_path, "r+b") as f:
         shared = mmap.mmap(f.fileno(), 0)
@@ -165,6 +233,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -33,6 +34,8 @@ from typing import Any, Literal
 from unirl.errors import UnirlError
 
 RewardKind = Literal["sample", "batched", "async"]
+Trust = bool | Callable[[Mapping[str, Any]], bool]
+"""Whether a reward may score in the trainer's thread: a bool, or a function of the recipe's kwargs."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,15 @@ class RewardFunction:
     module: str = ""
     qualname: str = ""
     file: str | None = None  # the defining file, for rewards whose module is not importable by name
+    trusted: Trust = False
+    """Declared by the author: pure, fast and bounded (no I/O, no untrusted code run, no pathological input
+    cost), so it may score in the trainer's thread without a worker process or a timeout."""
+
+    def is_trusted(self, kwargs: Mapping[str, Any]) -> bool:
+        """Whether this reward, with these recipe arguments, declared itself safe to score in-thread."""
+        if callable(self.trusted):
+            return bool(self.trusted(kwargs))
+        return bool(self.trusted)
 
     @property
     def ref(self) -> str:
@@ -117,12 +129,16 @@ _DECORATED: dict[str, RewardFunction] = {}
 
 
 def reward(
-    name: str | None = None, *, components: tuple[str, ...] = (), batched: bool = False
+    name: str | None = None, *, components: tuple[str, ...] = (), batched: bool = False, trusted: Trust = False
 ) -> Callable[[Callable[..., Any]], RewardFunction]:
     """Register a reward function.
 
     ``fn(sample, **kwargs)`` by default; ``fn(samples, **kwargs) -> list`` with ``batched=True``; an
     ``async def`` is awaited (many samples concurrently). Extra keyword arguments come from the recipe.
+    ``trusted=True`` (or a function of the recipe's kwargs) declares the reward pure, fast and bounded: it then
+    scores in the trainer's thread, with no worker process and no timeout. Leave it False for anything that
+    runs generated code, does I/O, or can take long on a hostile completion; such rewards get worker processes
+    and ``reward_policy.timeout_s`` unless a recipe says ``rewards[i].inline=true`` for them.
     """
     for comp in components:
         if not isinstance(comp, str) or not comp or "/" in comp:
@@ -142,6 +158,7 @@ def reward(
             module=fn.__module__,
             qualname=fn.__qualname__,
             file=getattr(module, "__file__", None),
+            trusted=trusted,
         )
         _DECORATED[rf.name] = rf
         return rf
@@ -154,23 +171,55 @@ def drain_decorated() -> list[RewardFunction]:
     return list(_DECORATED.values())
 
 
+def as_number(value: Any) -> float | None:
+    """``value`` as a float when it is a real number (Python or NumPy/torch scalars, bools as 0/1), else None.
+
+    NumPy's float32/int64/bool_ and 0-d tensors are what reward authors get from their libraries; they are numbers,
+    not type errors. Only scalars with a one-element ``item()`` count: an array is never silently reduced.
+    """
+    if isinstance(value, numbers.Real):  # int, float, bool, Fraction, numpy floating/integer
+        return float(value)
+    module = type(value).__module__.split(".")[0]
+    if module in ("numpy", "torch") and hasattr(value, "item"):
+        try:
+            if getattr(value, "ndim", 0) == 0 or getattr(value, "size", None) == 1:
+                item = value.item()
+                return float(item) if isinstance(item, numbers.Real) else None
+        except (TypeError, ValueError, RuntimeError):
+            return None
+    return None
+
+
 def check_result(value: Any, rf: RewardFunction) -> RewardResult:
     """Normalise what a reward returned; a wrong type, a non-finite number or an undeclared component is an error."""
     if isinstance(value, RewardResult):
         result = value
-    elif isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"reward {rf.name!r} returned {type(value).__name__}; expected float or RewardResult")
     else:
-        result = RewardResult(float(value))
-    if isinstance(result.score, bool) or not isinstance(result.score, int | float) or not math.isfinite(result.score):
+        number = as_number(value)
+        if number is None:
+            raise TypeError(f"reward {rf.name!r} returned {type(value).__name__}; expected a number or RewardResult")
+        result = RewardResult(number)
+    score = as_number(result.score)
+    if score is None or not math.isfinite(score):
         raise ValueError(f"reward {rf.name!r} returned a non-finite or non-numeric score {result.score!r}")
-    undeclared = sorted(set(result.components) - set(rf.components))
+    if not isinstance(result.components, Mapping):
+        raise TypeError(f"reward {rf.name!r}: components must be a dict of numbers, got "
+                        f"{type(result.components).__name__}")
+    undeclared = sorted(str(k) for k in set(result.components) - set(rf.components))
     if undeclared:
         raise ValueError(
             f"reward {rf.name!r} returned components {undeclared} it did not declare (declared: {list(rf.components)});"
             f" declare them with @unirl.reward({rf.name!r}, components=(...)) so every sample carries the same keys")
+    components: dict[str, float] = {}
     for key, comp in result.components.items():
-        numeric = isinstance(comp, int | float) and not isinstance(comp, bool)
-        if comp is not None and (not numeric or not math.isfinite(comp)):
+        if comp is None:
+            continue
+        number = as_number(comp)
+        if number is None or not math.isfinite(number):
             raise ValueError(f"reward {rf.name!r} component {key!r} is {comp!r}; expected a finite number")
-    return result
+        components[key] = number
+    if not isinstance(result.info, Mapping):
+        result_info: dict[str, Any] = {"info": result.info}
+    else:
+        result_info = dict(result.info)
+    return RewardResult(score, components, result_info)

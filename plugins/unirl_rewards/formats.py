@@ -11,7 +11,7 @@ BARE_NUMBER = re.compile(r"^\s*-?\d+(?:\.\d+)?\s*$")
 THINK_ANSWER = r"<think>.*?</think>\s*<answer>.*?</answer>"
 
 
-@unirl.reward("bare_number")
+@unirl.reward("bare_number", trusted=True)
 def bare_number(sample: unirl.Sample) -> float:
     """1.0 when the completion is just a number and generation ended on its own (not cut at the limit)."""
     return 1.0 if BARE_NUMBER.match(sample.completion) and not sample.truncated else 0.0
@@ -32,7 +32,7 @@ def format_match(sample: unirl.Sample, pattern: str = THINK_ANSWER) -> unirl.Rew
     return unirl.RewardResult(1.0 if matched else 0.0, {"finished": 0.0 if sample.truncated else 1.0})
 
 
-@unirl.reward("length_penalty", components=("length",))
+@unirl.reward("length_penalty", components=("length",), trusted=True)
 def length_penalty(sample: unirl.Sample, max_length: int = 1024, buffer: int = 256, penalty: float = 1.0,
                    unit: str = "tokens") -> unirl.RewardResult:
     """DAPO's overlong shaping: 0 up to max_length - buffer, then falling linearly to -penalty at max_length.

@@ -13,7 +13,9 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections.abc import Mapping
 from fractions import Fraction
+from typing import Any
 
 import unirl
 
@@ -88,7 +90,13 @@ def math_verify_match(completion: str, reference: str) -> tuple[bool, str | None
 VERIFIERS = ("builtin", "math_verify")
 
 
-@unirl.reward("math_answer", components=("has_answer",))
+def builtin_verifier(kwargs: Mapping[str, Any]) -> bool:
+    """The builtin comparison is a regex and a Fraction: bounded. sympy (math_verify) can run for minutes on a
+    hostile expression, so that form is not trusted to score in the trainer's thread."""
+    return kwargs.get("verifier", "builtin") == "builtin"
+
+
+@unirl.reward("math_answer", components=("has_answer",), trusted=builtin_verifier)
 def math_answer(sample: unirl.Sample, verifier: str = "builtin") -> unirl.RewardResult:
     """1.0 when the completion's final answer equals the reference (boxed, ####, or last number)."""
     if sample.reference is None:
@@ -107,7 +115,7 @@ def math_answer(sample: unirl.Sample, verifier: str = "builtin") -> unirl.Reward
     )
 
 
-@unirl.reward("numeric_closeness")
+@unirl.reward("numeric_closeness", trusted=True)
 def numeric_closeness(sample: unirl.Sample, scale: float = 10.0) -> float:
     """Partial credit max(0, 1 - |answer - reference| / scale): a dense signal toward the right number."""
     if sample.reference is None:
