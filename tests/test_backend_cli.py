@@ -59,7 +59,7 @@ def test_diff_says_what_one_backend_supports_and_the_other_refuses() -> None:
 
 def test_diff_needs_two_known_frameworks() -> None:
     out = run_cli("diff", "verl")
-    assert out.returncode == 2 and "usage: unirl diff FRAMEWORK_A FRAMEWORK_B" in out.stderr
+    assert out.returncode == 2 and "usage: unirl diff [-h] [--json] FRAMEWORK_A FRAMEWORK_B" in out.stderr
     out = run_cli("diff", "verl", "nope")
     assert out.returncode == 2 and "unknown framework 'nope'" in out.stderr
 

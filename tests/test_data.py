@@ -65,7 +65,7 @@ def test_missing_prompt_column_names_the_columns(isolated: Path) -> None:
 def test_bad_jsonl_line_is_reported_with_its_number(isolated: Path) -> None:
     path = isolated / "train.jsonl"
     path.write_text(json.dumps(ROWS[0]) + "\n{not json\n")
-    with pytest.raises(FieldError, match="line 2 is not JSON"):
+    with pytest.raises(FieldError, match="line 2: not JSON"):
         load_rows(str(path), DataConfig(train=str(path)), seed=0, default_split="train", key="data.train")
 
 

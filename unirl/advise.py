@@ -156,14 +156,14 @@ def print_advice(result: dict[str, Any]) -> None:
     s = result["situation"]
     out.print(f"situation: {s['nodes']} node(s) x {s['gpus_per_node']} GPU(s), {s['model_size_b']:g}B model"
               f"{', async' if s['need_async'] else ''}{', engine ' + s['engine'] if s['engine'] else ''}"
-              f" -> {s['tier']}", markup=False)
+              f" -> {s['tier']}")
     if result["recommended"] is None:
-        out.print("no installed plugin fits this situation", markup=False)
+        out.print("no installed plugin fits this situation")
     for rank, v in enumerate(result["ranking"], 1):
-        out.print(f"{rank}. {v['framework']} (score {v['score']})", markup=False)
+        out.print(f"{rank}. {v['framework']} (score {v['score']})")
         for reason in v["reasons"]:
-            out.print(f"     + {reason}", markup=False)
+            out.print(f"     + {reason}")
     for v in result["not_suitable"]:
-        out.print(f"not {v['framework']}:", markup=False)
+        out.print(f"not {v['framework']}:")
         for reason in v["refused"]:
-            out.print(f"     - {reason}", markup=False)
+            out.print(f"     - {reason}")

@@ -12,6 +12,7 @@ Hydra 1.3 accepts either ``+framework=X`` (group absent from the defaults) or ``
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
@@ -41,12 +42,16 @@ verbs:
   advise [--gpus N] [--nodes N] [--model-size 7B] [--async] [--engine vllm|sglang|hf] [--json]
                                                  which backend fits a situation, and why
   compare MULTIRUN_DIR [--json]                  a sweep's members side by side (+ reward curves PNG)
-  stop RUN_DIR                                   stop the run's job (local process, Ray job, Slurm job)
-  resume RUN_DIR                                 continue a run from its last checkpoint
+  stop RUN_DIR                                   stop the run's job (local process, Ray job, Slurm job); a run
+                                                 that ended, or a pid or job id not the run's, is refused
+  resume RUN_DIR [--force] [OVERRIDE ...]        continue a run from its last complete checkpoint, with the
+                                                 recipe it started with; --force accepts changed overrides
+                                                 (recorded in manifest.json); a completed run is not rerun
   plugins [--json]                               loaded plugins: package, version, hooks
   frameworks [--json]                            backends, their capabilities, installed versions
   rewards [--json]                               registered reward functions and their sources
-  reward test NAME... --samples F.jsonl [--json] score samples with rewards, before any training
+  reward test NAME... --samples F.jsonl [--file R.py] [--json]
+                                                 score samples with rewards, before any training
 
 overrides (Hydra grammar): key=value sets a recipe field (algorithm.lr=3e-4, rewards.0.weight=0.5);
 group=option picks a config option (recipe=, framework=, scheduler=). Fields and their units:
@@ -54,6 +59,7 @@ group=option picks a config option (recipe=, framework=, scheduler=). Fields and
 --hydra-help, hydra.run.dir=...) pass through.
 
 config groups: {groups}
+shell completion: eval "$(unirl --completion bash)"
 environment: UNIRL_RUNS_DIR (default ./runs), UNIRL_DISABLE_PLUGIN_AUTOLOAD=1,
   UNIRL_PLUGINS=a,b, UNIRL_PLUGINS_BLOCK=a,b, UNIRL_PLUGIN_FILE=path (default ./unirlfile.py)
 """
@@ -120,6 +126,24 @@ def _record(outcome: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_task(cfg: Any) -> dict[str, Any]:
+    """One run (or sweep member) holding its run directory's lock for the whole run (see unirl.run_lock)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from unirl.run_lock import acquire, command_line
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:  # a single run's main() holds it already (re-entrant); a sweep member takes its own here
+        lock = acquire(run_dir, command_line())
+    except UnirlError as exc:
+        err(str(exc))
+        outcome = {"state": "invalid", "error": str(exc), "run_dir": str(run_dir)}
+        _RESULTS.append(outcome)  # not _record: the directory belongs to the process holding its lock
+        return outcome
+    with lock:
+        return _run_locked(cfg)
+
+
+def _run_locked(cfg: Any) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
 
     from unirl.compose import plan_recipe, to_recipe
@@ -131,7 +155,13 @@ def _run_task(cfg: Any) -> dict[str, Any]:
         recipe = to_recipe(cfg)
         plan = plan_recipe(host, recipe)
         framework = host.frameworks.get(plan.framework)
-        framework.validate(plan)
+        if _is_sweep_member():  # a single run's inputs were read before Hydra started (main's preflight)
+            from unirl.preflight import check_inputs
+
+            problems = check_inputs(recipe)
+            if problems:
+                raise RecipeInvalid(problems)
+        validate_once(host, plan)
         scheduler = host.schedulers.get(recipe.scheduler.get("name", "local"))
         if hasattr(scheduler, "check"):  # e.g. the cluster answers, before anything is written
             scheduler.check(dict(recipe.scheduler))
@@ -147,6 +177,7 @@ def _run_task(cfg: Any) -> dict[str, Any]:
     except Exception as exc:
         (run_dir / "error.log").write_text(traceback.format_exc())
         err(f"the run failed: {type(exc).__name__}: {exc}\n  traceback: {run_dir / 'error.log'}")
+        _show_first_reward_failure(run_dir)
         return _record({"state": "failed", "error": f"{type(exc).__name__}: {exc}", "run_dir": str(run_dir)})
     outcome = {**result.summary, "state": result.state, "run_dir": str(run_dir), "job_id": result.job_id,
                "scheduler": scheduler.name, "exit_code": result.exit_code}
@@ -162,7 +193,24 @@ def _run_task(cfg: Any) -> dict[str, Any]:
         err(f"the run {result.state}: {result.error or 'exit status ' + str(result.exit_code)}"
             + (f"\n--- last lines of the backend's output ---\n{tail}" if tail else "")
             + f"\n  run directory: {run_dir}")
+        _show_first_reward_failure(run_dir, result.summary)
     return outcome
+
+
+def _show_first_reward_failure(run_dir: Path, summary: dict[str, Any] | None = None) -> None:
+    """A failed run names its first reward failure (reward, kind, traceback tail), if it had one."""
+    from unirl.report import first_reward_failure, print_first_reward_failure
+    from unirl.scheduler import read_summary
+
+    summary = summary or read_summary(run_dir)
+    print_first_reward_failure(summary.get("first_reward_error") or first_reward_failure(run_dir))
+
+
+def _is_sweep_member() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def _hydra_main(argv: list[str], sweep_dir: Path | None = None) -> int:
@@ -194,31 +242,68 @@ def _hydra_main(argv: list[str], sweep_dir: Path | None = None) -> int:
     return EXIT_FAILED if any(s not in ("completed", "submitted") for s in states) else EXIT_OK
 
 
-def preflight(host: Any, overrides: list[str]) -> Any:
-    """Compose, validate and plan without making a run directory: bad input fails before anything starts."""
+def preflight(host: Any, overrides: list[str], *, inputs: bool = False, backend: bool = False) -> Any:
+    """Compose, validate and plan without making a run directory: bad input fails before anything starts.
+
+    ``inputs``: also read the head of every data file and the model's metadata; ``backend``: also run the
+    backend's own validation of the plan. Every problem found at one stage is reported at once.
+    """
     from unirl.compose import compose, plan_recipe, to_recipe
 
-    return plan_recipe(host, to_recipe(compose(host, overrides)))
+    recipe = to_recipe(compose(host, overrides))
+    plan = plan_recipe(host, recipe)
+    if inputs:
+        from unirl.preflight import check_inputs
+
+        problems = check_inputs(recipe)
+        if problems:
+            raise RecipeInvalid(problems)
+    if backend:
+        validate_once(host, plan)
+    return plan
+
+
+_VALIDATED: set[str] = set()
+
+
+def validate_once(host: Any, plan: Any) -> None:
+    """The backend's own validation of a plan (verl's takes seconds); a plan already validated here is not again."""
+    key = plan.to_json()
+    if key not in _VALIDATED:
+        host.frameworks.get(plan.framework).validate(plan)
+        _VALIDATED.add(key)
 
 
 # --- verbs ----------------------------------------------------------------------------------
+
+
+def verb_parser(verb: str, description: str) -> argparse.ArgumentParser:
+    """A verb's own parser: --help works, an unknown flag is an error (exit 2) instead of a Hydra lexer crash."""
+    return argparse.ArgumentParser(prog=f"unirl {verb}", description=description)
+
+
+def overrides_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="recipe overrides in Hydra's grammar (algorithm.lr=3e-4, recipe=NAME, +framework=verl)")
 
 
 def cmd_plan(args: list[str]) -> int:
     from unirl.plugins import get_host
     from unirl.report import print_plan
 
-    as_json = "--json" in args
-    do_validate = "--validate" in args
-    overrides = [a for a in args if a not in ("--json", "--validate")]
+    parser = verb_parser("plan", "Print what the backend will receive for a recipe; runs nothing.")
+    parser.add_argument("--json", action="store_true", help="the whole LaunchPlan as JSON")
+    parser.add_argument("--validate", action="store_true", help="also run the backend's own validation")
+    overrides_argument(parser)
+    ns = parser.parse_intermixed_args(args)
     host = get_host()
-    plan = preflight(host, normalise(overrides, host.frameworks.names()))
-    if do_validate:
+    plan = preflight(host, normalise(ns.overrides, host.frameworks.names()), inputs=ns.validate)
+    if ns.validate:
         host.frameworks.get(plan.framework).validate(plan)
-    if as_json:
+    if ns.json:
         print(plan.to_json())
     else:
-        print_plan(plan, validated=do_validate)
+        print_plan(plan, validated=ns.validate)
     return EXIT_OK
 
 
@@ -227,15 +312,18 @@ def cmd_diff(args: list[str]) -> int:
     from unirl.diff import check_names, diff, print_diff
     from unirl.plugins import get_host
 
-    as_json = "--json" in args
-    names = [a for a in args if "=" not in a and not a.startswith("-")]
-    overrides = [a for a in args if "=" in a]
+    parser = verb_parser("diff", "One recipe on two backends, field by field, with their own defaults.")
+    parser.add_argument("left", metavar="FRAMEWORK_A", help="a framework name")
+    parser.add_argument("right", metavar="FRAMEWORK_B", help="another framework name")
+    parser.add_argument("--json", action="store_true")
+    overrides_argument(parser)
+    ns = parser.parse_intermixed_args(args)
     host = get_host()
-    check_names(host, names)
-    recipe = to_recipe(compose(host, normalise(overrides, host.frameworks.names())))
+    check_names(host, [ns.left, ns.right])
+    recipe = to_recipe(compose(host, normalise(ns.overrides, host.frameworks.names())))
     check(host, recipe)
-    result = diff(host, recipe, names[0], names[1])
-    if as_json:
+    result = diff(host, recipe, ns.left, ns.right)
+    if ns.json:
         import json
 
         print(json.dumps(result, indent=2, default=str))
@@ -262,16 +350,16 @@ def cmd_advise(args: list[str]) -> int:
 def cmd_compare(args: list[str]) -> int:
     from unirl.sweep import compare, plot_curves, print_compare
 
-    dirs = [a for a in args if not a.startswith("-")]
-    if len(dirs) != 1:
-        raise UnirlError("usage: unirl compare MULTIRUN_DIR [--json]")
-    sweep_dir = Path(dirs[0])
+    parser = verb_parser("compare", "A sweep's members side by side, plus compare.png with their reward curves.")
+    parser.add_argument("sweep_dir", metavar="MULTIRUN_DIR", type=Path)
+    parser.add_argument("--json", action="store_true")
+    ns = parser.parse_intermixed_args(args)
     try:
-        rows = compare(sweep_dir)
+        rows = compare(ns.sweep_dir)
     except FileNotFoundError as exc:
         raise UnirlError(str(exc)) from None
-    png = plot_curves(rows, sweep_dir / "compare.png")
-    if "--json" in args:
+    png = plot_curves(rows, ns.sweep_dir / "compare.png")
+    if ns.json:
         import json
 
         print(json.dumps({"members": rows, "png": str(png) if png else None}, indent=2, default=str))
@@ -282,37 +370,50 @@ def cmd_compare(args: list[str]) -> int:
 
 def cmd_stop(args: list[str]) -> int:
     from unirl.plugins import get_host
-    from unirl.scheduler import read_job_record
+    from unirl.scheduler import stoppable_record
 
-    if len(args) != 1:
-        raise UnirlError("usage: unirl stop RUN_DIR")
-    run_dir = Path(args[0]).resolve()
-    record = read_job_record(run_dir)
-    if record is None:
-        raise UnirlError(f"{run_dir} has no job.json: it is not a unirl run directory, or nothing was submitted")
+    parser = verb_parser("stop", "Stop a run's job (local process, Ray job, Slurm job); a run that ended, or a "
+                                 "pid or job id that is not the run's, is refused.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    run_dir = parser.parse_args(args).run_dir.resolve()
+    record = stoppable_record(run_dir)  # a run that ended, or a job.json that does not parse, is refused here
     record["run_dir"] = str(run_dir)
-    (run_dir / ".stop_requested").touch()  # the waiting scheduler records "cancelled", not a failure
-    print(get_host().schedulers.get(record["scheduler"]).stop(record))
+    scheduler = get_host().schedulers.get(record["scheduler"])
+    marker = run_dir / ".stop_requested"
+    marker.touch()  # the waiting scheduler records "cancelled", not a failure
+    try:
+        print(scheduler.stop(record))
+    except UnirlError:  # the scheduler refused (not the run's process or job): nothing was stopped
+        marker.unlink(missing_ok=True)
+        raise
     return EXIT_OK
 
 
 def cmd_resume(args: list[str]) -> int:
-    from unirl.resume import resume_overrides
+    from unirl.resume import requested, resume_overrides
 
-    if len(args) < 1:
-        raise UnirlError("usage: unirl resume RUN_DIR [OVERRIDE ...]")
-    run_dir = Path(args[0]).resolve()
+    parser = verb_parser("resume", "Continue a run from its last complete checkpoint, with the recipe it started "
+                                   "with; a completed run is not run again.")
+    parser.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    parser.add_argument("--force", action="store_true",
+                        help="accept changed overrides (each change is recorded in manifest.json)")
+    overrides_argument(parser)
+    ns = parser.parse_intermixed_args(args)
+    run_dir = ns.run_dir.resolve()
     if not (run_dir / ".hydra" / "overrides.yaml").exists():
         raise UnirlError(f"run.resume: {run_dir} is not a unirl run directory (no .hydra/overrides.yaml)")
-    return main([*resume_overrides(run_dir), *args[1:]])
+    with requested(run_dir, ns.force, ["unirl", "resume", *args]):
+        return main([*resume_overrides(run_dir), *ns.overrides])
 
 
 def cmd_reward(args: list[str]) -> int:
-    if not args or args[0] != "test":
-        raise UnirlError("usage: unirl reward test NAME [NAME ...] --samples FILE.jsonl [--json] [--kwargs JSON]")
     from unirl import reward_cli
     from unirl.plugins import get_host
 
+    if not args or args[0] != "test":
+        parser = verb_parser("reward", "Work with reward functions before training.")
+        parser.add_argument("subcommand", choices=["test"], help="test: score samples with rewards")
+        parser.parse_args(args[:1])  # exits 2 naming the choices (or prints --help)
     return reward_cli.main(args[1:], get_host())
 
 
@@ -320,9 +421,15 @@ def cmd_list(verb: str, args: list[str]) -> int:
     from unirl import report
     from unirl.plugins import get_host
 
+    descriptions = {"plugins": "Loaded plugins: package, version, hooks.",
+                    "frameworks": "Backends, their capabilities, and the installed versions.",
+                    "rewards": "Registered reward functions and where they come from."}
+    parser = verb_parser(verb, descriptions[verb])
+    parser.add_argument("--json", action="store_true")
+    ns = parser.parse_intermixed_args(args)
     host = get_host()
     {"plugins": report.print_plugins, "frameworks": report.print_frameworks, "rewards": report.print_rewards}[verb](
-        host, as_json="--json" in args)
+        host, as_json=ns.json)
     return EXIT_OK
 
 
@@ -341,6 +448,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] in ("-h", "--help", "help"):
             print_help()
+            return EXIT_OK
+        if argv and argv[0] == "--completion":
+            from unirl.completion import BASH
+
+            print(BASH, end="")
+            return EXIT_OK
+        if argv and argv[0] == "__complete":  # the shell asks for candidates (see unirl.completion)
+            from unirl.completion import candidates
+
+            position, current, verb = [*argv[1:], "", "", ""][:3]
+            print("\n".join(candidates(int(position or 1), current, verb)))
             return EXIT_OK
         if argv and argv[0] == "--version":
             from unirl import __version__
@@ -366,8 +484,17 @@ def main(argv: list[str] | None = None) -> int:
         host = get_host()
         overrides = normalise(argv, host.frameworks.names())
         register_configs(host)  # Hydra composes (each sweep member too) only from what is registered
+        from unirl.run_name import raw_problems
+
+        name_problems = raw_problems(overrides)  # run.name=${...} where it is written, before Hydra resolves it
+        if name_problems:
+            raise RecipeInvalid(name_problems)
+        plan = None
         if not _is_multirun(overrides) and not _hydra_flags_only(overrides):
-            preflight(host, [a for a in overrides if not a.startswith("-")])
+            if "logging.progress=false" not in overrides:  # the backend's validation imports it: seconds
+                print("unirl: checking the recipe, its data and model, and the backend's own validation",
+                      file=sys.stderr, flush=True)
+            plan = preflight(host, [a for a in overrides if not a.startswith("-")], inputs=True, backend=True)
         sweep_dir = None
         if _is_multirun(overrides) and not any(a.startswith("hydra.sweep.dir=") for a in overrides):
             # Named here, not by Hydra, so this process can read every member's outcome back afterwards.
@@ -378,7 +505,15 @@ def main(argv: list[str] | None = None) -> int:
             overrides = [*overrides, f"hydra.sweep.dir={sweep_dir}"]
         elif _is_multirun(overrides):
             sweep_dir = Path(next(a for a in overrides if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
-        return _hydra_main(overrides, sweep_dir)
+        from unirl.run_lock import claim_run_directory
+
+        # The run (or sweep) directory checked and locked before Hydra writes into it; held until the run ends.
+        claim = claim_run_directory(overrides, plan, None if _hydra_flags_only(overrides) else sweep_dir,
+                                    ["unirl", *argv])
+        if claim.finished is not None:  # e.g. resuming a run that already completed: nothing to run again
+            return claim.finished
+        with claim:
+            return _hydra_main(claim.overrides, sweep_dir)
     except RecipeInvalid as exc:
         err(str(exc))
         return EXIT_USAGE
@@ -390,7 +525,9 @@ def main(argv: list[str] | None = None) -> int:
         from omegaconf.errors import OmegaConfBaseException
 
         if isinstance(exc, HydraException | OmegaConfBaseException):
-            err(str(exc))
+            from unirl.config_errors import describe
+
+            err(describe(exc))
             return EXIT_USAGE
         raise
 

@@ -46,21 +46,18 @@ def _read_file(path: Path, key: str) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    text = path.read_text(encoding="utf-8")
     if path.suffix == ".json":
-        loaded = json.loads(text)
+        loaded = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(loaded, list):
             raise FieldError(key, str(path), "a .json data file must hold a list of objects")
         return loaded
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise FieldError(key, str(path), f"line {lineno} is not JSON ({exc.msg})") from exc
-    return rows
+    from unirl.jsonl import JsonlError, objects
+
+    try:
+        return [row for _, row in objects(path)]
+    except JsonlError as exc:
+        raise FieldError(key, str(path), exc.reason if not exc.lineno else f"line {exc.lineno}: {exc.reason}") \
+            from None
 
 
 def limit(rows: list[dict[str, Any]], n: int | None, seed: int) -> list[dict[str, Any]]:

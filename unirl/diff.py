@@ -87,7 +87,7 @@ def _recipe_value(recipe: Recipe, dotted: str) -> Any:
 def print_diff(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from unirl.report import console, escape
+    from unirl.report import console
 
     left, right = result["left"]["framework"], result["right"]["framework"]
     out = console()
@@ -104,16 +104,16 @@ def print_diff(result: dict[str, Any]) -> None:
                   f"{right} key = value", f"{right} default", title=f"one recipe: {left} vs {right}")
     for row in result["fields"]:
         mark = " *" if row["defaults_differ"] else ""
-        table.add_row(escape(row["recipe_field"] + mark), escape(_short(row["value"])), escape(cell(row[left])),
-                      escape(default_cell(row[left])), escape(cell(row[right])), escape(default_cell(row[right])))
+        table.add_row(row["recipe_field"] + mark, _short(row["value"]), cell(row[left]), default_cell(row[left]),
+                      cell(row[right]), default_cell(row[right]))
     out.print(table)
-    out.print("* the two backends' own defaults differ here (unirl sets the key on both)", markup=False)
+    out.print("* the two backends' own defaults differ here (unirl sets the key on both)")
     for side in ("left", "right"):
         refused = result[side]["refused"]
         for problem in refused:
-            out.print(f"{result[side]['framework']} refuses: {problem}", markup=False)
+            out.print(f"{result[side]['framework']} refuses: {problem}")
     for key, values in result["capabilities"].items():
-        out.print(f"capability {key}: {left}={_short(values[left])} | {right}={_short(values[right])}", markup=False)
+        out.print(f"capability {key}: {left}={_short(values[left])} | {right}={_short(values[right])}")
 
 
 def _short(value: Any, width: int = 48) -> str:

@@ -15,7 +15,8 @@ class _Display:
         from rich.console import Console
 
         self.total = int(run.recipe["algorithm"]["steps"])
-        self.console = Console(stderr=True)
+        self.console = Console(stderr=True, markup=False, highlight=False, emoji=False)  # user text is text
+        self.errors = 0
         self.start = time.monotonic()
         self.last_plain = -1
         self.progress = None
@@ -30,24 +31,28 @@ class _Display:
             )
 
             self.progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("reward {task.fields[reward]}"), TimeElapsedColumn(), TextColumn("left"),
-                TimeRemainingColumn(), console=self.console,
+                TextColumn("{task.description}", style="bold", markup=False), BarColumn(), MofNCompleteColumn(),
+                TextColumn("reward {task.fields[reward]}", markup=False),
+                TextColumn("{task.fields[errors]}", style="yellow", markup=False), TimeElapsedColumn(),
+                TextColumn("left", markup=False), TimeRemainingColumn(), console=self.console,
             )
-            self.task = self.progress.add_task(run.framework, total=self.total, reward="-")
+            self.task = self.progress.add_task(run.framework, total=self.total, reward="-", errors="")
             self.progress.start()
 
-    def step(self, step: int, reward: float | None) -> None:
+    def step(self, step: int, reward: float | None, errors: float | None = None) -> None:
         shown = "-" if reward is None else f"{reward:.3f}"
+        self.errors += int(errors or 0)
+        failed = f"{self.errors} reward errors" if self.errors else ""
         if self.progress is not None:
-            self.progress.update(self.task, completed=step, reward=shown)
+            self.progress.update(self.task, completed=step, reward=shown, errors=failed)
             return
         tenth = step * 10 // max(self.total, 1)
         if tenth != self.last_plain:
             self.last_plain = tenth
             elapsed = time.monotonic() - self.start
             left = elapsed / step * (self.total - step) if step else float("nan")
-            self.console.print(f"step {step}/{self.total}  reward {shown}  {elapsed:.0f}s elapsed, ~{left:.0f}s left")
+            self.console.print(f"step {step}/{self.total}  reward {shown}  {elapsed:.0f}s elapsed, ~{left:.0f}s left"
+                               + (f"  {failed}" if failed else ""))
 
     def note(self, text: str) -> None:
         self.console.print(text)
@@ -74,7 +79,7 @@ def unirl_run_start(run: RunInfo) -> None:
 def unirl_metrics(run: RunInfo, step: int, metrics: dict[str, float]) -> None:
     display = _DISPLAYS.get(str(run.run_dir))
     if display:
-        display.step(step, metrics.get("reward/total/mean"))
+        display.step(step, metrics.get("reward/total/mean"), metrics.get("reward/errors"))
 
 
 @hookimpl

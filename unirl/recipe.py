@@ -44,8 +44,8 @@ class DataConfig:
     """Held-out prompts, same forms as ``train``; null = no held-out evaluation."""
     prompt_key: str = "prompt"
     """Column holding the prompt (text, or chat messages)."""
-    answer_key: str = "answer"
-    """Column holding the reference answer passed to rewards as ``sample.reference``."""
+    answer_key: str | None = "answer"
+    """Column holding the reference answer passed to rewards as ``sample.reference``; null = no references."""
     prompt_template: str = "{prompt}"
     """Python format string applied to text prompts; other columns are available by name."""
     chat_template: bool = False
@@ -121,6 +121,10 @@ class RewardSpec:
     """Keyword arguments passed to the reward function."""
     file: str | None = None
     """A local Python file that defines this reward with ``@unirl.reward`` (instead of an installed plugin)."""
+    inline: bool | None = None
+    """Score this reward in the trainer's thread, with no worker process and no timeout: true (at your risk: a
+    hang stalls training), false (always in worker processes), null (only when the reward declares itself
+    trusted, as the fast built-ins do)."""
 
 
 @dataclass
@@ -171,7 +175,13 @@ class LoggingConfig:
     every_steps: int = 1
     """Write metrics every this many steps."""
     trajectories: bool = True
-    """Write every scored completion to trajectories.jsonl."""
+    """Write scored completions to trajectories.jsonl (every one whose reward call failed, always)."""
+    trajectories_every: int = 1
+    """Keep the completions of step 1 and every this-many-th step (TRL; native backends keep every batch)."""
+    trajectories_per_group: int | None = None
+    """Keep at most this many completions per prompt group and step; null = all."""
+    trajectories_compress: bool = False
+    """Write trajectories.jsonl.gz (gzip) instead; every unirl reader reads either."""
     plot: bool = True
     """Write curves.png (reward and held-out accuracy) at the end of the run."""
     progress: bool = True
@@ -310,6 +320,44 @@ def _check_data(key: str, source: str | None, problems: list[FieldError], builti
         problems.append(FieldError(key, source, "no such file"))
 
 
+# Values far beyond any real run: a typo or a unit mistake (steps=1e14), refused before anything is allocated.
+UPPER_BOUNDS: dict[str, float] = {
+    "algorithm.steps": 10**7, "algorithm.prompts_per_step": 10**6, "algorithm.samples_per_prompt": 4096,
+    "algorithm.mini_batches_per_step": 10**6, "algorithm.micro_batch_size": 10**6, "algorithm.epochs_per_batch": 1000,
+    "algorithm.max_new_tokens": 1 << 20, "algorithm.lr": 1.0, "algorithm.warmup_steps": 10**8,
+    "algorithm.temperature": 100.0, "resources.nodes": 100_000, "resources.gpus_per_node": 1024,
+    "resources.cpu_threads": 4096, "rollout.tensor_parallel": 1024, "eval.every_steps": 10**7,
+    "run.checkpoint_every": 10**7, "logging.every_steps": 10**7, "data.train_rows": 10**9, "data.eval_rows": 10**9,
+    "data.max_prompt_tokens": 1 << 20,
+}
+
+
+def _finite_and_bounded(recipe: Recipe) -> list[FieldError]:
+    """Every float field is a finite number (NaN silently disables comparisons: a NaN reward weight drops that reward,
+    ``max_grad_norm=nan`` disables clipping), and no field is absurdly large."""
+    import dataclasses
+    import math
+
+    found: list[FieldError] = []
+
+    def walk(obj: Any, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            key = f"{prefix}{f.name}"
+            if dataclasses.is_dataclass(value):
+                walk(value, key + ".")
+            elif isinstance(value, float) and not math.isfinite(value):
+                found.append(FieldError(key, value, "must be a finite number (NaN and infinity are not allowed)"))
+            elif key in UPPER_BOUNDS and isinstance(value, int | float) and value > UPPER_BOUNDS[key]:
+                found.append(FieldError(key, value, f"must be at most {UPPER_BOUNDS[key]:g}; is this a typo?"))
+
+    walk(recipe, "")
+    for i, spec in enumerate(recipe.rewards):
+        if not math.isfinite(spec.weight):
+            found.append(FieldError(f"rewards[{i}].weight", spec.weight, "must be a finite number"))
+    return [p for p in found if not p.field.startswith("reward_policy.")]  # RewardPolicy.problems reports those
+
+
 def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str, ...] = tuple(SHAPES),
              builtin_data: tuple[str, ...] = BUILTIN_DATASETS) -> None:
     """Raise :class:`RecipeInvalid` listing every problem; cheap, imports nothing heavy."""
@@ -353,6 +401,10 @@ def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str
     if recipe.resources.cpu_threads is not None and recipe.resources.cpu_threads < 1:
         problems.append(FieldError("resources.cpu_threads", recipe.resources.cpu_threads, "must be >= 1, or null"))
     problems += recipe.reward_policy.problems()
+    problems += _finite_and_bounded(recipe)
+    from unirl import run_name
+
+    problems += run_name.problems(recipe.run.name)  # one plain folder name: it becomes part of the run directory
     total_gpus = recipe.resources.nodes * recipe.resources.gpus_per_node
     if recipe.rollout.gpus is not None:
         if recipe.rollout.colocated:
@@ -406,7 +458,8 @@ def validate(recipe: Recipe, known_rewards: list[str], builtin_models: tuple[str
 
         for option, value, allowed in arith.option_problems(recipe.data.options):
             problems.append(FieldError(f"data.options.{option}", value, allowed))
-    for key in ("data.train_rows", "data.eval_rows", "data.max_prompt_tokens"):
+    for key in ("data.train_rows", "data.eval_rows", "data.max_prompt_tokens", "logging.trajectories_every",
+                "logging.trajectories_per_group"):
         value = _get(recipe, key)
         if value is not None and value < 1:
             problems.append(FieldError(key, value, "must be >= 1, or null"))

@@ -14,11 +14,15 @@ SPARK = "▁▂▃▄▅▆▇█"
 PIPE_WIDTH = 200  # piped output is read by tools and grep: never fold or cut a key there
 
 
-def console() -> Any:
+def console(stderr: bool = False) -> Any:
+    """Where unirl prints. markup=False: run names, paths, prompts, completions and error messages are user text,
+    and ``[/bogus]`` or ``[link=...]`` in them must print as written (rich would parse them as markup, crash on
+    the first and render a hyperlink for the second). Styles are passed as ``style=``, never inside text."""
     from rich.console import Console
 
-    term = Console()
-    return term if term.is_terminal else Console(width=PIPE_WIDTH)
+    options = {"markup": False, "highlight": False, "emoji": False, "stderr": stderr}
+    term = Console(**options)
+    return term if term.is_terminal else Console(width=PIPE_WIDTH, **options)
 
 
 def reward_curve(run_dir: Path, buckets: int = 10) -> list[float]:
@@ -41,9 +45,9 @@ def sparkline(values: list[float]) -> str:
 def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     out = console()
     wall = summary.get("wall_time_s")
-    out.print(f"[bold]unirl[/]: {summary.get('framework', '?')} run {summary.get('state')}"
-                  + (f" in {wall:.1f} s" if wall is not None else "")
-                  + (f" (training {summary['train_time_s']:.1f} s)" if summary.get("train_time_s") else ""))
+    out.print(f"unirl: {summary.get('framework', '?')} run {summary.get('state')}"
+              + (f" in {wall:.1f} s" if wall is not None else "")
+              + (f" (training {summary['train_time_s']:.1f} s)" if summary.get("train_time_s") else ""), style="bold")
     if "accuracy_after" in summary:
         before = summary.get("accuracy_before")
         shown = "n/a" if before is None else f"{before:.3f}"
@@ -53,9 +57,35 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     if curve:
         out.print(f"  reward by tenth of training: {' '.join(f'{v:.2f}' for v in curve)}  {sparkline(curve)}")
     if summary.get("reward_errors"):
-        out.print(f"  [yellow]reward errors: {summary['reward_errors']} of {summary.get('reward_calls')} calls "
-                      "(tracebacks in trajectories.jsonl)[/]")
+        by_kind = ", ".join(f"{k} {v}" for k, v in sorted((summary.get("reward_errors_by_kind") or {}).items()))
+        out.print(f"  reward errors: {summary['reward_errors']} of {summary.get('reward_calls')} calls"
+                  + (f" ({by_kind})" if by_kind else ""), style="yellow")
+        print_first_reward_failure(summary.get("first_reward_error") or first_reward_failure(run_dir), out)
     out.print(f"  run directory: {run_dir}")
+
+
+def first_reward_failure(run_dir: Path) -> dict[str, str] | None:
+    """The first failed reward call in the run's trajectory log (native backends record failures only there)."""
+    from unirl.trajectory_log import existing
+
+    path = existing(run_dir)
+    if path is None:
+        return None
+    for record in read_jsonl(path):
+        for name, message in (record.get("errors") or {}).items():
+            return {"reward": name, "kind": (record.get("error_kinds") or {}).get(name, "?"), "message": message}
+    return None
+
+
+def print_first_reward_failure(failure: dict[str, str] | None, out: Any = None) -> None:
+    """The first failure's reward, kind and the tail of its traceback: what to fix, without opening a 20 MB log."""
+    if not failure:
+        return
+    out = out or console(stderr=True)
+    lines = str(failure.get("message", "")).strip().splitlines()
+    out.print(f"  first failure: reward {failure.get('reward')!r} ({failure.get('kind')}):", style="yellow")
+    for line in lines[-8:]:
+        out.print(f"    {line}")
 
 
 # Native-config entries already shown as the command line or the mapping table.
@@ -67,39 +97,36 @@ def print_plan(plan: LaunchPlan, validated: bool) -> None:
 
     out = console()
     version = plan.framework_version or f"not installed here; translated for {plan.target_version or '?'}"
-    out.print(f"[bold]{plan.framework}[/] ({version})"
-              + ("  [green]validated against the backend's own schema[/]" if validated else ""))
+    from rich.text import Text
+
+    title = Text.assemble((plan.framework, "bold"), f" ({version})")
+    if validated:
+        title.append("  validated against the backend's own schema", style="green")
+    out.print(title)
     env = plan.environment
     where = {"in_process": "in unirl's process", "interpreter": f"interpreter {env.python}",
              "image": f"{env.container_runtime} image {env.image} ({env.python})"}[env.kind]
-    out.print(f"runs in: {where}; expects {env.nodes} node(s) x {env.gpus_per_node} GPU(s)", markup=False)
+    out.print(f"runs in: {where}; expects {env.nodes} node(s) x {env.gpus_per_node} GPU(s)")
     out.print("command: " + " ".join(plan.command), markup=False, soft_wrap=True)
     table = Table("recipe field", "native key", "value", "note", show_lines=False)
     for row in plan.mapping:
-        table.add_row(escape(row.recipe_field), escape(row.native_key), escape(json.dumps(row.value, default=str)),
-                      escape(row.note))
+        table.add_row(row.recipe_field, row.native_key, json.dumps(row.value, default=str), row.note)
     out.print(table)
     for key, value in plan.native_config.items():
         if key not in SHOWN_ABOVE:  # the rest of the native config (TRL's reward functions, model, data)
-            out.print(f"{key}: {json.dumps(value, default=str)}", markup=False)
+            out.print(f"{key}: {json.dumps(value, default=str)}")
     for key, value in sorted(plan.env.items()):
-        out.print(f"env: {key}={value}", markup=False)
+        out.print(f"env: {key}={value}")
     for export in plan.data:
         rows = f"{export.rows} rows" if export.rows is not None else "every row"
-        out.print(f"data: {export.split} <- {export.source} as {export.format} ({rows}) -> {export.path}", markup=False)
+        out.print(f"data: {export.split} <- {export.source} as {export.format} ({rows}) -> {export.path}")
     for path, content in sorted(plan.files.items()):
         shown = content if content.startswith("<") else f"{len(content.splitlines())} lines"
-        out.print(f"file: {path}: {shown}", markup=False)
+        out.print(f"file: {path}: {shown}")
     if plan.environment.light_core:
-        out.print(f"staged on the backend's PYTHONPATH: {', '.join(plan.environment.light_core)}", markup=False)
+        out.print(f"staged on the backend's PYTHONPATH: {', '.join(plan.environment.light_core)}")
     for note in plan.notes:
-        out.print(f"note: {note}", markup=False)
-
-
-def escape(text: str) -> str:
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
+        out.print(f"note: {note}")
 
 
 def print_plugins(host: Any, as_json: bool) -> None:

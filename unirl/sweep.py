@@ -99,22 +99,22 @@ def plot_curves(rows: list[dict[str, Any]], out: Path, smooth: int = 20) -> Path
 def print_compare(rows: list[dict[str, Any]], png: Path | None) -> None:
     from rich.table import Table
 
-    from unirl.report import console, escape
+    from unirl.report import console
 
     shared = set.intersection(*(set(r["overrides"]) for r in rows)) if rows else set()
     table = Table("member", "framework", "overrides (those that differ)", "final reward", "held-out accuracy", "wall s",
                   "state")
     for r in rows:
-        table.add_row(r["member"], str(r["framework"]), escape(" ".join(o for o in r["overrides"] if o not in shared)),
+        table.add_row(r["member"], str(r["framework"]), " ".join(o for o in r["overrides"] if o not in shared),
                       "-" if r["final_reward"] is None else f"{r['final_reward']:.3f}",
                       "-" if r["accuracy"] is None else f"{r['accuracy']:.3f}",
                       "-" if r["wall_time_s"] is None else f"{r['wall_time_s']:.1f}", r["state"])
     out = console()
     out.print(table)
     if shared:
-        out.print(f"every member: {' '.join(sorted(shared))}", markup=False)
+        out.print(f"every member: {' '.join(sorted(shared))}")
     for r in rows:
         if r["state"] != "completed":
-            out.print(f"member {r['member']} {r['state']}: {r['error'] or 'see ' + r['run_dir']}", markup=False)
+            out.print(f"member {r['member']} {r['state']}: {r['error'] or 'see ' + r['run_dir']}")
     if png:
-        out.print(f"reward curves: {png}", markup=False)
+        out.print(f"reward curves: {png}")
