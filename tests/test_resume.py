@@ -25,7 +25,7 @@ CHECKPOINT_EVERY = 4
 EVAL_EVERY = 3
 RUN = ["algorithm.steps=12", "algorithm.prompts_per_step=2", "algorithm.samples_per_prompt=4",
        "algorithm.mini_batches_per_step=2", "run.checkpoint_every=4", "eval.every_steps=3", "data.eval_rows=3",
-       "logging.progress=false", "logging.plot=false"]
+       "logging.progress=false", "logging.plot=false", "logging.trajectories_every=1"]
 # A step of the tiny model takes ~40 ms: too quick to kill between two checkpoints. A hook that sleeps after each
 # logged step gives the test a window of a few hundred ms per step, and changes nothing else about the run.
 SLOW_STEPS = ("import time\n\nimport unirl\n\n\n"
@@ -49,7 +49,7 @@ def _kill_after_first_checkpoint(cwd: Path, run_dir: Path) -> None:
             if metrics.exists() and max(_steps(metrics), default=0) > CHECKPOINT_EVERY:
                 break
             time.sleep(0.05)
-        assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-3000:]}"
+        assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1][-3000:]}"
         assert time.monotonic() < deadline, "the run never logged past its first checkpoint"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # no chance to clean up: what a lost node or the OOM killer does
@@ -74,8 +74,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_without_duplicated_or_torn_lin
     # What else a kill can leave: a checkpoint folder cut off mid-save, and a line cut off mid-write.
     (run_dir / "trl" / "checkpoint-22").mkdir()
     (run_dir / "trl" / "checkpoint-22" / "optimizer.pt").write_bytes(b"partial")
-    with (run_dir / "metrics.jsonl").open("a") as metrics:
-        metrics.write('{"step": 7, "reward/total/me')
+    with (run_dir / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 7, "reward/total/me')
 
     overrides = resume_overrides(run_dir)
     assert overrides[-2:] == ["run.resume=true", f"hydra.run.dir={run_dir.resolve()}"]
@@ -86,7 +86,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_without_duplicated_or_torn_lin
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
     trajectories = read_jsonl(run_dir / "trajectories.jsonl")
     per_step = collections.Counter(t["step"] for t in trajectories)
-    assert per_step == {step: PROMPTS * SAMPLES for step in range(1, STEPS + 1)}
+    # each logged step's completions once (the recipe may log only some steps: logging.trajectories_every)
+    assert per_step and set(per_step.values()) == {PROMPTS * SAMPLES} and set(per_step) <= set(range(1, STEPS + 1))
     per_prompt = collections.Counter((t["step"], t["prompt"]) for t in trajectories)
     assert all(count % SAMPLES == 0 for count in per_prompt.values())
     evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
@@ -99,7 +100,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_without_duplicated_or_torn_lin
     assert summary["accuracy_before"] == evals[0]["accuracy"]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["resumed_from"]["global_step"] == checkpoint.global_step
-    assert latest_trainer_checkpoint(run_dir / "trl").global_step == STEPS * 2
+    last = latest_trainer_checkpoint(run_dir / "trl")
+    assert last is not None and last.global_step == STEPS * 2
 
     # TRL restores weights, optimizer, scheduler and RNG: on the CPU the resumed run is the uninterrupted one, exactly
     (isolated / "unirlfile.py").unlink()
@@ -108,18 +110,59 @@ def test_a_killed_run_resumes_from_its_checkpoint_without_duplicated_or_torn_lin
     reference = read_jsonl(isolated / "runs/whole/metrics.jsonl")
     assert [(m["reward/total/mean"], m["loss"]) for m in metrics] == [(m["reward/total/mean"], m["loss"])
                                                                        for m in reference]
-    assert [t["completion"] for t in trajectories] == [t["completion"] for t in
-                                                       read_jsonl(isolated / "runs/whole/trajectories.jsonl")]
+    whole_trajectories = read_jsonl(isolated / "runs/whole/trajectories.jsonl")
+    assert per_step == collections.Counter(t["step"] for t in whole_trajectories)  # the same steps, once each
+    assert [t["completion"] for t in trajectories] == [t["completion"] for t in whole_trajectories]
 
-    # Killed after its last checkpoint (say during the final eval): nothing left to train, the final eval runs again
-    # on the checkpoint's weights, and the directory ends as it would have.
+    # The resume says so: it continued from a complete checkpoint that holds RNG state, with the same recipe.
+    assert summary["resumed_from"]["bit_identical"] is True
+    assert summary["resumed_from"]["not_bit_identical_because"] == []
+    assert summary["resumed_from"]["skipped_checkpoints"][0]["reason"].startswith("no trainer_state.json")
+    assert not (run_dir / "trl" / "checkpoint-22").exists()  # the torn save was set aside, out of TRL's way
+    assert not (run_dir / ".unirl.lock").exists()
+
+    # A completed run resumed: it says so, runs nothing, and leaves every file as it was (no final eval again).
     whole_dir = isolated / "runs/whole"
-    before = {name: (whole_dir / name).read_bytes() for name in ("metrics.jsonl", "trajectories.jsonl", "eval.jsonl")}
-    again = run_cli(*resume_overrides(whole_dir), cwd=isolated)
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in whole_dir.rglob("*") if p.is_file()}
+    again = run_cli("resume", str(whole_dir), cwd=isolated)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert {name: (whole_dir / name).read_bytes() for name in before} == before
-    assert json.loads((whole_dir / "summary.json").read_text())["resumed_from"]["step"] == STEPS
-    assert latest_trainer_checkpoint(whole_dir / "trl").global_step == STEPS * 2  # no extra update
+    assert "already completed" in again.stdout and "nothing was run again" in again.stdout
+    assert {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in whole_dir.rglob("*") if p.is_file()} == before
+
+
+# Kills the run (its whole process group, no cleanup) once the final held-out eval is done: after the last
+# checkpoint, before summary.json.
+KILL_IN_FINAL_EVAL = ("import os\nimport signal\n\nimport unirl\n\n\n"
+                      "@unirl.hookimpl\n"
+                      "def unirl_eval_done(run, step, summary, records):\n"
+                      "    final = run.recipe['algorithm']['steps']\n"
+                      "    if os.environ.get('UNIRL_TEST_KILL_FINAL_EVAL') and step == final:\n"
+                      "        os.killpg(0, signal.SIGKILL)\n")
+
+
+@pytest.mark.train
+@pytest.mark.slow
+def test_a_run_killed_in_its_final_eval_resumes_without_training_again(isolated: Path) -> None:
+    (isolated / "unirlfile.py").write_text(KILL_IN_FINAL_EVAL)
+    run_dir = isolated / "runs" / "final"
+    proc = subprocess.run([sys.executable, "-m", "unirl.cli", *RUN, f"hydra.run.dir={run_dir}"], cwd=isolated,
+                          capture_output=True, text=True, timeout=600, start_new_session=True,
+                          env={**os.environ, "UNIRL_TEST_KILL_FINAL_EVAL": "1"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    assert not (run_dir / "summary.json").exists()
+    trained = {name: (run_dir / name).read_bytes() for name in ("metrics.jsonl", "trajectories.jsonl")}
+
+    out = run_cli("resume", str(run_dir), cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # Nothing left to train: the final eval runs once more, on the last checkpoint's weights, and nothing else.
+    assert {name: (run_dir / name).read_bytes() for name in trained} == trained
+    evals = [e["step"] for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
+    assert evals == [0, *range(EVAL_EVERY, STEPS + 1, EVAL_EVERY)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["resumed_from"]["step"] == STEPS
+    assert summary["updates"] == STEPS * 2
+    last = latest_trainer_checkpoint(run_dir / "trl")
+    assert last is not None and last.global_step == STEPS * 2  # no extra update
 
 
 @pytest.mark.train
@@ -138,7 +181,9 @@ def test_resume_without_a_checkpoint_is_refused_naming_run_resume(isolated: Path
     resumed = run_cli(*resume_overrides(partial), cwd=isolated)
     assert resumed.returncode == 2, resumed.stderr[-3000:]
     assert f"run.resume=true: no complete checkpoint in {partial / 'trl'}" in resumed.stderr
+    assert "checkpoint-4: no trainer_state.json" in resumed.stderr  # why the only checkpoint was passed over
     assert not (partial / "manifest.json").exists()  # refused before the backend started
+    assert sorted(p.name for p in partial.iterdir()) == [".hydra", "trl"]  # before Hydra: nothing written at all
 
 def test_truncate_after_drops_later_steps_and_a_torn_last_line_atomically(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"

@@ -80,8 +80,36 @@ def reward_sources(registry: Any, names: list[str]) -> dict[str, dict[str, str]]
         except (md.PackageNotFoundError, IndexError):
             dist, version = top, "unknown"
         sources[name] = {"plugin": entry.source, "module": fn.module, "distribution": dist, "version": version,
-                         "file": fn.file or ""}
+                         "file": fn.file or "", "sha256": _sha256(fn.file)}
     return sources
+
+
+REWARD_FILES = "reward_files"
+
+
+def keep_reward_files(run_dir: Path, sources: dict[str, dict[str, str]]) -> None:
+    """Copy each reward's defining file that no installed package pins (a recipe's ``rewards[i].file``, a
+    ``unirlfile.py``) into ``<run_dir>/reward_files/``: an edited file would otherwise make the run unreproducible.
+    The manifest already holds every file's sha256; this adds the copy's path."""
+    import shutil
+
+    for source in sources.values():
+        file = source.get("file")
+        if not file or source.get("version") != "unknown" or not Path(file).is_file():
+            continue  # an installed distribution's version pins its files
+        target = run_dir / REWARD_FILES / f"{source['sha256'][:12]}-{Path(file).name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.exists():
+            shutil.copyfile(file, target)
+        source["copy"] = str(target.relative_to(run_dir))
+
+
+def _sha256(file: str | None) -> str:
+    import hashlib
+
+    if not file or not Path(file).is_file():
+        return ""
+    return hashlib.sha256(Path(file).read_bytes()).hexdigest()
 
 
 @functools.cache

@@ -28,10 +28,10 @@ from unirl.framework import OMIT, Capabilities, FrameworkOptions, Mapping, trans
 from unirl.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
 from unirl.recipe import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, recipe_from_dict
 from unirl.run import NATIVE_CONFIG, PLAN, write_json
+from unirl.trajectory_log import TrajectorySampling
 from unirl.versions import matches
 
 SPEC_FILE = "reward_spec.json"
-TRAJECTORIES_FILE = "trajectories.jsonl"
 # Always staged into the backend's environment: unirl's core, the built-in rewards, and pluggy (unirl's one
 # runtime dependency that a backend's environment may lack; pure Python).
 CORE_PACKAGES = ("unirl", "unirl_rewards", "pluggy")
@@ -217,7 +217,9 @@ class NativeFramework:
         resolved = plan.resolve(str(run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         spec = spec_from_recipe(recipe, host.rewards, self.name)
-        spec = replace(spec, trajectory_log=str(run_dir / TRAJECTORIES_FILE))
+        sampling = TrajectorySampling.from_logging(plan.recipe.get("logging", {}))
+        log = str(run_dir / sampling.file_name()) if recipe.logging.trajectories else None
+        spec = replace(spec, trajectory_log=log, trajectory_per_group=sampling.per_group)
         packages = [*CORE_PACKAGES, self.plugin_package, *user_reward_packages(spec)]
         stage_light_core(run_dir / CORE_DIR, packages)
         spec.write(run_dir / SPEC_FILE)

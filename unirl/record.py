@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from unirl.hookspecs import hookimpl
-from unirl.run import EVAL, METRICS, SUMMARY, TRAJECTORIES, RunInfo, append_jsonl, write_json
+from unirl.run import EVAL, METRICS, SUMMARY, RunInfo, append_jsonl, write_json
+from unirl.trajectory_log import TrajectorySampling
 
 
 @hookimpl
 def unirl_rollouts_scored(run: RunInfo, step: int, records: list[dict[str, Any]]) -> None:
-    if run.recipe.get("logging", {}).get("trajectories", True):
-        append_jsonl(run.path(TRAJECTORIES), records)
+    logging = run.recipe.get("logging", {})
+    if logging.get("trajectories", True):
+        sampling = TrajectorySampling.from_logging(logging)
+        append_jsonl(run.path(sampling.file_name()), sampling.select(records, step))
 
 
 @hookimpl

@@ -45,10 +45,17 @@ def encode_lines(records: list[dict[str, Any]]) -> bytes:
 
 
 def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    """Append whole lines with one write on an O_APPEND descriptor, so a killed run leaves no torn line."""
+    """Append whole lines with one write on an O_APPEND descriptor, so a killed run leaves no torn line.
+
+    A ``.gz`` path gets one whole gzip member per call (see :mod:`unirl.trajectory_log`).
+    """
     if not records:
         return
     data = encode_lines(records)
+    if path.suffix == ".gz":
+        from unirl.trajectory_log import encode
+
+        data = encode(data, compress=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         view = memoryview(data)
@@ -60,14 +67,10 @@ def append_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    rows = []
-    # split on "\n" only: str.splitlines also breaks at U+2028 and U+0085, which JSON leaves raw inside strings
-    for line in path.read_text().split("\n"):
-        if line.strip():
-            rows.append(json.loads(line))
-    return rows
+    """A run's JSONL log (``path``, or ``path.gz`` when the run compressed it); a torn last line is skipped."""
+    from unirl.jsonl import read_run_log
+
+    return read_run_log(path)
 
 
 def truncate_after(path: Path, step: int) -> int:
@@ -79,9 +82,15 @@ def truncate_after(path: Path, step: int) -> int:
     through a temporary file and ``os.replace``, so a kill during the truncation leaves the old file or the new one,
     never half of either. A missing file, or a whole one with nothing to drop, is left untouched.
     """
+    if not path.exists() and Path(f"{path}.gz").exists():
+        path = Path(f"{path}.gz")  # the run compressed this log
     if not path.exists():
         return 0
-    lines = path.read_bytes().splitlines(keepends=True)
+    from unirl.jsonl import read_bytes
+
+    compressed = path.suffix == ".gz"
+    lines = read_bytes(path).split(b"\n")
+    lines = [line + b"\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
     kept: list[bytes] = []
     for index, line in enumerate(lines):
         if not line.strip():
@@ -102,7 +111,12 @@ def truncate_after(path: Path, step: int) -> int:
     if dropped or (lines and not lines[-1].endswith(b"\n")):
         tmp = path.with_suffix(path.suffix + ".tmp")
         with tmp.open("wb") as out:
-            out.writelines(kept)
+            if compressed:
+                from unirl.trajectory_log import encode
+
+                out.write(encode(b"".join(kept), compress=True))
+            else:
+                out.writelines(kept)
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)

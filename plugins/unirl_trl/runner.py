@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 import time
@@ -18,11 +19,11 @@ from typing import Any
 from unirl.adapters.trl import TrlRewardAdapter, finite_mean, text_of
 from unirl.data import fingerprint, limit, load_rows, render_prompt
 from unirl.errors import UnirlError
-from unirl.manifest import build_manifest, reward_sources
+from unirl.manifest import build_manifest, keep_reward_files, reward_sources
 from unirl.plan import LaunchPlan
 from unirl.plugins import Host, get_host
 from unirl.recipe import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
-from unirl.resume import require_trainer_checkpoint
+from unirl.resume import require_trainer_checkpoint, take_checkpoint
 from unirl.reward_executor import RewardExecutor
 from unirl.reward_spec import spec_from_recipe
 from unirl.rewards import Sample
@@ -56,6 +57,36 @@ METRIC_NAMES = {
     "step_time": "step_time_s",
     "num_tokens": "tokens/total",
 }
+
+
+def status(recipe: Recipe, message: str) -> None:
+    """What the run is doing while nothing else shows (start-up takes seconds): one line on stderr."""
+    if recipe.logging.progress:
+        print(f"unirl: {message}", file=sys.stderr, flush=True)
+
+
+class FoldedWarning(logging.Filter):
+    """Swallows one repeated log message of a library, counting it, so the run can say it once with the count.
+
+    TRL warns once per affected batch, with a whole sample, whenever every reward of a sample is None, which is
+    exactly how unirl's ``on_error=exclude`` leaves a failed sample out of the update: 77 warnings in a 100-step run.
+    """
+
+    def __init__(self, logger: str, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+        self.count = 0
+        self.logger = logging.getLogger(logger)
+        self.logger.addFilter(self)
+
+    def close(self) -> None:
+        self.logger.removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.prefix in str(record.msg):  # accelerate prefixes "[RANK 0] "
+            self.count += 1
+            return False
+        return True
 
 
 def load_model(recipe: Recipe) -> tuple[Any, Any, dict[str, Any]]:
@@ -159,8 +190,11 @@ def resume_point(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
 
     Also cuts the run's JSONL files back to that step (the resumed run writes the later steps again) and drops any
     line a kill tore. Cheap and before any model loads, so a resume with nothing to resume from fails at once.
+    The checkpoint is verified before any line is dropped; newer broken ones are skipped and set aside, with why
+    (see :func:`unirl.resume.take_checkpoint`, which also says whether the resume is bit-identical).
     """
     checkpoint = require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
+    taken = take_checkpoint(run_dir, checkpoint)
     # TRL's global_step counts optimizer updates, mini_batches_per_step of them per unirl step; a checkpoint saved
     # part-way through a step (a raw save_steps override) counts only the steps it completed.
     step = checkpoint.global_step // recipe.algorithm.mini_batches_per_step
@@ -168,7 +202,32 @@ def resume_point(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
     # The final held-out eval (step == steps) always runs again after train(); the mid-run ones never land on it.
     dropped[EVAL] = truncate_after(run_dir / EVAL, min(step, recipe.algorithm.steps - 1))
     return {"checkpoint": str(checkpoint.path), "global_step": checkpoint.global_step, "step": step,
-            "dropped_lines": dropped}
+            "dropped_lines": dropped, **taken}
+
+
+def check_updates(summary: dict[str, Any], recipe: Recipe, train_rows: int) -> None:
+    """The run's state from what TRL did: ``completed`` only when it made every optimizer update the recipe asks for.
+
+    TRL ends quietly with no update at all when the training set yields no full batch, and stops early when a raw
+    ``max_steps`` override asks for fewer; either is a failed run, with what ran and why in the summary."""
+    mini = recipe.algorithm.mini_batches_per_step
+    expected = recipe.algorithm.steps * mini
+    updates = int(summary.get("updates") or 0)
+    summary.update(updates_expected=expected, steps_completed=updates // mini)
+    if updates >= expected:
+        summary["state"] = "completed"
+        return
+    summary["state"] = "failed"
+    if updates == 0:
+        summary["error"] = (
+            f"TRL made 0 optimizer updates of the {expected} the recipe asks for (algorithm.steps="
+            f"{recipe.algorithm.steps} x mini_batches_per_step={mini}): the training set has {train_rows} prompt(s) "
+            f"and one step takes algorithm.prompts_per_step={recipe.algorithm.prompts_per_step}; nothing was trained")
+        return
+    overridden = (recipe.framework.get("overrides") or {}).get("max_steps")
+    why = f" (framework.overrides.max_steps={overridden})" if overridden is not None else ""
+    summary["error"] = (f"TRL stopped after {updates} of {expected} optimizer updates (step {updates // mini} of "
+                        f"algorithm.steps={recipe.algorithm.steps}){why}: the run trained less than the recipe asks")
 
 
 def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
@@ -191,7 +250,9 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     args = launch_args(plan)
     write_json(run_dir / PLAN, plan.to_dict())
     write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
+    status(recipe, f"loading rewards: {', '.join(r.name for r in recipe.rewards)}")
     rewards = RewardExecutor(spec_from_recipe(recipe, host.rewards, plan.framework))
+    all_failed = FoldedWarning("trl.trainer.grpo_trainer", "All reward functions returned None")
     summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
                                "seed": recipe.seed, "state": "failed"}
     if resumed_from is not None:
@@ -206,9 +267,19 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
         raise
     finally:
         rewards.close()
+        all_failed.close()
         summary["reward_errors"] = rewards.stats.errors
         summary["reward_calls"] = rewards.stats.calls
         summary["reward_errors_by_kind"] = dict(rewards.stats.by_kind)
+        if rewards.stats.first_error is not None:
+            summary["first_reward_error"] = rewards.stats.first_error
+        if rewards.stats.worker_restarts or rewards.stats.worker_recycles:
+            summary["reward_worker_restarts"] = rewards.stats.worker_restarts
+            summary["reward_worker_recycles"] = rewards.stats.worker_recycles
+        if all_failed.count:
+            summary["batches_with_unscored_samples"] = all_failed.count
+            status(recipe, f"{all_failed.count} scoring batches had samples whose every reward failed: they were left "
+                           "out of the update (TRL's per-sample warning is folded into this line)")
         summary["wall_time_s"] = time.monotonic() - t_start
         hooks.unirl_run_end(run=info, summary=summary)
     return summary
@@ -228,6 +299,7 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
 
     run_dir = info.run_dir
     hooks = host.pm.hook
+    status(recipe, f"loading the model {recipe.model.path}")
     model, tok, model_info = load_model(recipe)
     # A run killed after its last checkpoint (during the final eval) has no training left. It must not reach
     # trainer.train: resumed at max_steps, transformers 5.24 still takes one more generation and optimizer step.
@@ -236,6 +308,8 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
     if training_done:
         model = type(model).from_pretrained(resumed_from["checkpoint"], dtype=model.dtype)
         model.to("cpu" if args["use_cpu"] else "cuda")
+    held_out = f", held out {recipe.data.eval}" if recipe.data.eval else ""
+    status(recipe, f"loading data: {recipe.data.train}{held_out}")
     train_raw = limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
                       recipe.data.train_rows, recipe.seed)
     train_rows = prepare_rows(train_raw, recipe.data, tok, recipe.data.train)
@@ -244,9 +318,10 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
         eval_raw = limit(load_rows(recipe.data.eval, recipe.data, recipe.seed, "test", "data.eval"),
                          recipe.data.eval_rows, recipe.seed)
         eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval)
+    sources = reward_sources(host.rewards, rewards.spec.names)
+    keep_reward_files(run_dir, sources)  # a reward file edited later must not make this run unreproducible
     manifest = build_manifest(
-        framework=info.framework, seed=recipe.seed, reward_sources=reward_sources(host.rewards, rewards.spec.names),
-        model=model_info, project_dir=Path.cwd(),
+        framework=info.framework, seed=recipe.seed, reward_sources=sources, model=model_info, project_dir=Path.cwd(),
         data={"train": recipe.data.train, "train_rows": len(train_rows), "train_sha256": fingerprint(train_rows),
               "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)})
     if resumed_from is not None:
@@ -300,12 +375,15 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
         trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
         # TRL restores weights, optimizer, scheduler, RNG and the data order from the checkpoint
         trainer.train(resume_from_checkpoint=resumed_from["checkpoint"] if resumed_from else None)
+        summary["updates"] = trainer.state.global_step  # every update of the run, a resumed run's earlier ones too
+    else:
+        summary["updates"] = (resumed_from or {}).get("global_step", 0)
     summary["train_time_s"] = time.monotonic() - t_train
     if eval_rows:
         final = run_eval(recipe.algorithm.steps)
         summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
                        distinct_completions=final["distinct_completions"])
-    summary["state"] = "completed"
+    check_updates(summary, recipe, len(train_rows))  # completed, or failed with what ran (zero updates included)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unirl: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(summary, default=str))
-    return 0
+    return 0 if summary.get("state") == "completed" else 1  # e.g. zero optimizer updates: a failed run
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from unirl.reward_executor import RewardExecutor, ScoredSample
 from unirl.reward_spec import RewardRuntimeSpec
 from unirl.rewards import Sample
 from unirl.run import append_jsonl
+from unirl.trajectory_log import TrajectorySampling
 
 SPEC_ENV = "UNIRL_REWARD_SPEC"
 ERRORS_KEY = "unirl/reward_errors"
@@ -32,7 +33,8 @@ class BackendRewards:
         if self.spec.trajectory_log:
             records = [trajectory_record(s, r, backend=self.backend, pid=os.getpid())
                        for s, r in zip(samples, scored, strict=True)]
-            append_jsonl(Path(self.spec.trajectory_log), records)
+            sampling = TrajectorySampling(per_group=self.spec.trajectory_per_group)
+            append_jsonl(Path(self.spec.trajectory_log), sampling.select(records))
         self.executor.check_policy(scored)
         return scored
 
