@@ -32,14 +32,8 @@ def children_map() -> dict[int, list[int]]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue  # exited while we looked
-        # The command name (field 2) may hold spaces and parentheses: fields after the last ")" are fixed.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 1 and fields[0] not in (b"Z", b"X"):
+        fields = stat_fields(int(name))  # None: exited while we looked
+        if fields is not None and len(fields) > 1 and fields[0] not in (b"Z", b"X"):
             tree.setdefault(int(fields[1]), []).append(int(name))
     return tree
 
@@ -86,6 +80,38 @@ def reap_children() -> None:
             return
         if pid == 0:
             return
+
+
+def stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (so ``[0]`` is the state, ``[1]`` the parent pid,
+    ``[19]`` the start time); None when no such process is visible."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself hold spaces or ')': split after the last one.
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def process_start(pid: int) -> int | None:
+    """The start time of ``pid`` (clock ticks since boot): with the pid it names one process for good, so a reused
+    pid is told apart. None when no such process runs, or it is a zombie (dead, waiting to be reaped)."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20 or fields[0] == b"Z":
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user's counts too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def rss_mib(pid: int) -> float | None:

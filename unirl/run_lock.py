@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from unirl.errors import UnirlError
+from unirl.process_tree import alive, process_start
 
 LOCK = ".unirl.lock"
 _PROC = Path("/proc")
@@ -53,20 +54,6 @@ class ProcessId:
     def to_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "start_ticks": self.start_ticks, "boot_id": self.boot_id,
                 "started": started_text(self.start_ticks)}
-
-
-def process_start(pid: int) -> int | None:
-    """The start time of ``pid`` (field 22 of ``/proc/<pid>/stat``, clock ticks since boot); None when no such
-    process runs, or it is a zombie (dead, waiting to be reaped: it writes nothing more)."""
-    try:
-        data = (_PROC / str(pid) / "stat").read_bytes()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may itself hold spaces or ')': split after the last one.
-    fields = data[data.rfind(b")") + 2:].split()
-    if len(fields) < 20 or fields[0] == b"Z":
-        return None
-    return int(fields[19])
 
 
 def boot_id() -> str | None:
@@ -100,21 +87,11 @@ def same_process(pid: int, start_ticks: int | None, recorded_boot: str | None = 
     """Is the process recorded as (pid, start time, boot) the one running now? Without /proc (not Linux) only
     liveness can be checked."""
     if not _PROC.joinpath("self", "stat").exists():
-        return _alive(pid)
+        return alive(pid)
     if recorded_boot is not None and recorded_boot != boot_id():
         return False
     now = process_start(pid)
     return now is not None and start_ticks is not None and now == start_ticks
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- errors ----------------------------------------------------------------------------------------------------

@@ -25,8 +25,9 @@ from typing import Any, ClassVar
 from unirl.backend_env import launch_command
 from unirl.errors import UnirlError
 from unirl.plan import LaunchPlan
+from unirl.process_tree import alive, process_start
 from unirl.registry import load_dotted
-from unirl.run_lock import boot_id, note_child, process_start, started_text
+from unirl.run_lock import boot_id, note_child, started_text
 from unirl.scheduler import BACKEND_LOG, JobResult, finish, read_summary, write_job_record
 
 GRACE_S = 10.0
@@ -137,7 +138,7 @@ def checked_pid(record: dict[str, Any]) -> int | None:
     recorded = record.get("pid_start")
     now = process_start(pid)
     if now is None:
-        if Path("/proc/self/stat").exists() or not _alive(pid):
+        if Path("/proc/self/stat").exists() or not alive(pid):
             return None  # gone (or a zombie, which is as good as gone)
         raise UnirlError(f"process {pid} runs, but without /proc this system cannot tell whether it is the run's: "
                          "nothing was signalled")
@@ -166,21 +167,11 @@ def escalate(send: Callable[[signal.Signals], None], gone: Callable[[float], boo
     return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _wait_gone(pid: int, timeout: float, start: int | None = None) -> bool:
     """Has the process (``pid`` started at ``start``, when given) ended within ``timeout``?"""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if not _alive(pid) or (start is not None and process_start(pid) != start):
+        if not alive(pid) or (start is not None and process_start(pid) != start):
             return True
         time.sleep(0.1)
     return False
