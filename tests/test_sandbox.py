@@ -1,9 +1,10 @@
-"""Adversarial corpus for the sandbox: each case checks what a user would notice AND that the host is unharmed.
+"""The sandbox as its callers use it: each test checks what a user would notice AND that the host is unharmed.
 
-Every test ends with ``host.assert_back_to_normal()``: no process of the run survives (none in a foreign
-PID namespace, none with a sandbox uid, no child of ours), the host mount table is unchanged, nothing new
-appeared in the host's /tmp, /var/tmp or /dev/shm from a sandbox uid, host memory is where it was, and the
-host can still fork. Limits are short so the whole file stays well under 30 s on 2 cores.
+Every test ends with ``host.assert_back_to_normal()`` (see tests/adversarial/sandbox_programs.py, which also holds
+the attacks: keyrings, memory across children and in memfd, own user namespaces, host sockets, ptys, locks and
+watches, the allow-listed root, kernel interfaces, a fork bomb, starvation, a crashing host). Limits are short so
+the file stays well under 30 s on 2 cores; programs that must run into the wall clock sleep rather than spin, so
+a loaded machine cannot turn their timeout into a (correct) report of starvation.
 """
 
 from __future__ import annotations
@@ -11,100 +12,33 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import pytest
-from unirl_rewards.code_exec import code_tests
 
-import unirl
+from tests.adversarial.sandbox_programs import (
+    REPO,
+    SHARED_DIRS,
+    HostWatch,
+    meminfo_kib,
+    processes_with_marker,
+)
 from unirl import sandbox
-from unirl.plugins import get_host
-from unirl.sandbox import SANDBOX_UID_BASE, SandboxLimits, check_isolation, run_sandboxed
+from unirl.errors import InfrastructureError
+from unirl.sandbox import (
+    SandboxLimits,
+    SandboxUnavailable,
+    check_isolation,
+    run_sandboxed,
+    start_sandboxed,
+)
 
 QUICK = SandboxLimits(wall_seconds=1.0, cpu_seconds=5, memory_mb=256, max_processes=16, max_output_bytes=1 << 18)
-SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
-
-
-def meminfo_kib(key: str) -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise KeyError(key)
-
-
-def process_status(pid: str) -> dict[str, str]:
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return {}  # exited while we looked
-    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
-
-
-def sandbox_processes() -> set[int]:
-    """Live host processes in a PID namespace other than ours, or running as a sandbox uid.
-
-    Zombies are dead (no memory, no code): when the host itself is killed, the namespace's init is
-    reparented to the machine's PID 1 and waits there to be reaped.
-    """
-    own = os.readlink("/proc/self/ns/pid")
-    found = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            foreign = os.readlink(f"/proc/{pid}/ns/pid") != own
-        except OSError:
-            continue
-        status = process_status(pid)
-        if not status or status["State"].startswith("Z"):
-            continue
-        if foreign or int(status["Uid"].split()[0]) >= SANDBOX_UID_BASE:
-            found.add(int(pid))
-    return found
-
-
-def processes_with_marker(marker: str) -> list[int]:
-    hits = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        if int(pid) == os.getpid():
-            continue
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                hits.append(int(pid))
-        except OSError:
-            continue
-    return hits
-
-
-@dataclass
-class HostWatch:
-    """A snapshot of the host before a run, and the checks that it is back to that state after."""
-
-    processes: set[int] = field(default_factory=sandbox_processes)
-    mounts: str = field(default_factory=lambda: Path("/proc/self/mountinfo").read_text())
-    entries: dict[str, set[str]] = field(
-        default_factory=lambda: {d: set(os.listdir(d)) for d in SHARED_DIRS if os.path.isdir(d)})
-    available_kib: int = field(default_factory=lambda: meminfo_kib("MemAvailable"))
-    rss: int = field(default_factory=lambda: psutil.Process().memory_info().rss)
-
-    def assert_back_to_normal(self) -> None:
-        assert sandbox_processes() - self.processes == set(), "a sandbox process survived the run"
-        assert psutil.Process().children(recursive=True) == []
-        assert Path("/proc/self/mountinfo").read_text() == self.mounts, "the host mount table changed"
-        for directory, before in self.entries.items():
-            for name in set(os.listdir(directory)) - before:
-                # These directories are shared with the rest of the machine (other jobs write there too);
-                # anything owned by a sandbox uid is a leak.
-                owner = os.lstat(os.path.join(directory, name)).st_uid
-                assert owner < SANDBOX_UID_BASE, f"the sandbox left {directory}/{name} behind (uid {owner})"
-        assert self.available_kib - meminfo_kib("MemAvailable") < 256 << 10
-        assert psutil.Process().memory_info().rss - self.rss < 64 << 20
-        assert subprocess.run(["true"]).returncode == 0  # the host can still fork and exec
 
 
 @pytest.fixture
@@ -115,51 +49,34 @@ def host() -> HostWatch:
 def test_a_trivial_program_runs_isolated(host: HostWatch) -> None:
     result = run_sandboxed("import sys\nprint(input()[::-1])\nsys.exit(3)", stdin="abc", limits=QUICK)
     assert (result.status, result.exit_code, result.stdout) == ("exit_nonzero", 3, "cba\n")
-    assert result.isolation["readonly_root"] is True and result.isolation["proc"] == "private"
+    isolation = result.isolation
+    assert isolation["readonly_root"] is True and isolation["proc"] == "private" and isolation["root"] == "allow-list"
+    assert isolation["seccomp"].startswith("deny-list") and isolation["devpts"] == "private"
+    assert isolation["cgroup"].startswith(("cgroup v1", "cgroup v2", "none ("))
+    assert result.startup_seconds is not None and result.startup_seconds > 0
     report = check_isolation(QUICK)
     assert report.network_interfaces == ("lo",) and report.network_blocked
-    assert report.pid_namespace and report.readonly_root and report.private_tmp
-    assert set(report.environment) == {"PATH", "LANG", "HOME", "TMPDIR"}
+    assert report.pid_namespace and report.readonly_root and report.private_tmp and report.seccomp
+    assert set(report.environment) == {"PATH", "LANG", "HOME", "TMPDIR", "PWD"}  # PWD: bwrap sets it
+    # The root holds the interpreter's paths and nothing else of the host.
+    tops = {p.strip("/").split("/")[0] for p in isolation["visible"]}
+    assert set(report.visible_root) <= tops | {"dev", "proc", "tmp", "etc"}, report.visible_root
     host.assert_back_to_normal()
 
 
-def test_an_infinite_loop_is_killed_at_the_wall_clock_limit(host: HostWatch) -> None:
-    result = run_sandboxed("while True:\n    pass", limits=QUICK)
+def test_an_unresponsive_program_is_killed_at_the_wall_clock_limit(host: HostWatch) -> None:
+    result = run_sandboxed("import time\ntime.sleep(600)", limits=QUICK)
     assert result.status == "timeout" and "wall-clock" in result.reason
-    assert result.wall_seconds < QUICK.wall_seconds + 0.5
+    # The clock starts at exec: the program had its whole second (no start-up eaten), and not much more.
+    assert QUICK.wall_seconds <= result.wall_seconds < QUICK.wall_seconds + 0.5
     assert result.kill_seconds is not None and result.kill_seconds < 0.5
     host.assert_back_to_normal()
 
 
 def test_the_cpu_limit_stops_a_busy_program_before_the_wall_clock(host: HostWatch) -> None:
-    result = run_sandboxed("while True:\n    pass", limits=SandboxLimits(cpu_seconds=1, wall_seconds=10))
+    result = run_sandboxed("while True:\n    pass", limits=SandboxLimits(cpu_seconds=1, wall_seconds=30))
     assert result.status == "timeout" and "CPU" in result.reason
-    assert result.wall_seconds < 3
-    host.assert_back_to_normal()
-
-
-def test_a_fork_bomb_is_contained_and_the_host_can_still_fork(host: HostWatch) -> None:
-    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
-    peak, host_forks = 0, []
-
-    def watch() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, len(sandbox_processes() - host.processes))
-            host_forks.append(subprocess.run(["true"]).returncode)
-            time.sleep(0.05)
-
-    done = threading.Event()
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        result = run_sandboxed(bomb, limits=SandboxLimits(wall_seconds=1.5, max_processes=16))
-    finally:
-        done.set()
-        watcher.join()
-    assert result.status == "timeout"
-    assert 1 < peak <= 16 + 1, f"{peak} sandbox processes at once (limit 16, plus the namespace's init)"
-    assert host_forks and set(host_forks) == {0}
+    assert result.cpu_seconds is not None and result.cpu_seconds >= 0.9
     host.assert_back_to_normal()
 
 
@@ -167,18 +84,19 @@ def test_a_memory_bomb_hits_the_memory_limit(host: HostWatch) -> None:
     hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))\n"
     result = run_sandboxed(hog, limits=SandboxLimits(memory_mb=128, wall_seconds=5))
     assert result.status == "memory" and "128 MB" in result.reason
+    if result.memory_peak_mb is not None:  # with a memory cgroup: the run as a whole stayed under its limit
+        assert result.memory_peak_mb <= 128
     host.assert_back_to_normal()
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_gigabytes_of_output_are_capped(host: HostWatch, stream: str) -> None:
     flood = f"import sys\nchunk = b'x' * (1 << 20)\nfor _ in range(4096):\n    sys.{stream}.buffer.write(chunk)\n"
-    started = time.monotonic()
-    result = run_sandboxed(flood, limits=QUICK)
+    result = run_sandboxed(flood, limits=SandboxLimits(wall_seconds=30, max_output_bytes=1 << 18))
     assert result.status == "output_limit" and stream in result.reason
-    assert len(getattr(result, stream)) == QUICK.max_output_bytes
+    assert len(getattr(result, stream)) == 1 << 18
     assert getattr(result, f"{stream}_truncated")
-    assert time.monotonic() - started < QUICK.wall_seconds  # killed at the cap, not at the timeout
+    assert result.wall_seconds < 30  # killed at the cap, not at the timeout
     host.assert_back_to_normal()
 
 
@@ -203,6 +121,7 @@ def attempt(family, address):
         return exc.strerror or type(exc).__name__
 print(attempt(socket.AF_INET, ("127.0.0.1", {port})))
 print(attempt(socket.AF_UNIX, {abstract_name!r}))
+print(sorted(name for _, name in socket.if_nameindex()))
 """
     try:
         result = run_sandboxed(attempt, limits=QUICK)
@@ -213,8 +132,10 @@ print(attempt(socket.AF_UNIX, {abstract_name!r}))
         tcp.close()
         abstract.close()
     assert result.status == "ok", result.stderr
-    assert "connected" not in result.stdout
-    assert result.stdout.splitlines()[0] == "Network is unreachable"
+    tcp_outcome, unix_outcome, interfaces = result.stdout.splitlines()
+    # The run's own loopback refuses (nothing listens there); the host's is another namespace.
+    assert tcp_outcome == "Connection refused" and unix_outcome != "connected"
+    assert interfaces == "['lo']"
     host.assert_back_to_normal()
 
 
@@ -239,11 +160,13 @@ for pid in os.listdir("/proc"):
     host.assert_back_to_normal()
 
 
-def test_files_outside_the_working_directory_cannot_be_written_or_deleted(host: HostWatch, tmp_path: Path) -> None:
-    # A world-writable directory outside /tmp: only the read-only root stands between it and the program.
+def test_files_shown_read_only_cannot_be_written_or_deleted(host: HostWatch, tmp_path: Path) -> None:
+    # A world-writable directory outside /tmp, and the test's own (under a 0700 pytest directory): both shown to
+    # the program with readonly_paths, so only the read-only mount stands between them and the program.
     shared = Path("/var/tmp") / f"unirl-test-{uuid.uuid4().hex}"
     shared.mkdir(mode=0o777)
     shared.chmod(0o777)
+    tmp_path.chmod(0o755)
     victims = [shared / "keep.txt", tmp_path / "keep.txt"]
     for victim in victims:
         victim.write_text("precious")
@@ -252,8 +175,10 @@ def test_files_outside_the_working_directory_cannot_be_written_or_deleted(host: 
     attack = f"""
 import os, shutil
 for victim in {[str(v) for v in victims]!r}:
+    print("read", open(victim).read())
     for action in (os.remove, lambda p: open(p, "w").write("pwned"), lambda p: os.rename(p, p + ".moved"),
-                   lambda p: shutil.rmtree(os.path.dirname(p)), lambda p: open(p + ".new", "w").write("x")):
+                   lambda p: shutil.rmtree(os.path.dirname(p)), lambda p: open(p + ".new", "w").write("x"),
+                   lambda p: os.chmod(p, 0o777)):
         try:
             action(victim)
             print("succeeded against", victim)
@@ -263,20 +188,36 @@ open("scratch.txt", "w").write("the working directory is writable")
 print(os.getcwd(), sorted(os.listdir(".")))
 """
     try:
-        result = run_sandboxed(attack, limits=QUICK)
+        result = run_sandboxed(attack, limits=QUICK, readonly_paths=[shared, tmp_path])
         assert result.status == "ok", result.stderr
-        assert "succeeded against /var/tmp" not in result.stdout
-        assert f"succeeded against {tmp_path}" not in result.stdout
-        # the interpreter's own directory shows up too when it lives under /tmp (a CI checkout), read-only
+        assert result.stdout.count("read precious") == 2, "readonly_paths did not show the files"
+        assert "succeeded against" not in result.stdout
+        # the interpreter's own directory shows up too when it lives under /tmp (a CI checkout), read-only; so do
+        # readonly paths under /tmp, like the test's own directory
         listed = result.stdout.splitlines()[-1]
-        assert listed == f"/tmp {sorted(['main.py', 'scratch.txt', *sandbox._bound_into('/tmp')])}"
+        extra = {*sandbox._bound_into("/tmp"), str(tmp_path).split("/")[2]}
+        assert listed == f"/tmp {sorted(['main.py', 'scratch.txt', *extra])}"
         for victim in victims:
             assert victim.read_text() == "precious"
+            assert stat.S_IMODE(victim.stat().st_mode) == 0o666
             assert sorted(p.name for p in victim.parent.iterdir()) == ["keep.txt"]
     finally:
         for victim in victims:
             victim.unlink()
         shared.rmdir()
+    host.assert_back_to_normal()
+
+
+def test_readonly_paths_the_sandbox_cannot_read_are_refused(host: HostWatch, tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    if os.geteuid() == 0:  # a stranger uid runs the program: a 0700 directory is unreadable to it
+        with pytest.raises(SandboxUnavailable, match="not readable by other users"):
+            run_sandboxed("print(1)", readonly_paths=[private], limits=QUICK)
+    for forbidden in ("/", "/proc/self", "/tmp", str(tmp_path / "missing")):
+        with pytest.raises(ValueError, match="readonly_paths"):
+            run_sandboxed("print(1)", readonly_paths=[forbidden], limits=QUICK)
     host.assert_back_to_normal()
 
 
@@ -291,8 +232,8 @@ def test_the_private_working_directory_is_freed_after_the_run(host: HostWatch) -
     host.assert_back_to_normal()
 
 
-@pytest.mark.parametrize("main_loops", [False, True], ids=["program-exits", "program-times-out"])
-def test_a_setsid_double_forked_daemon_dies_with_the_run(host: HostWatch, main_loops: bool) -> None:
+@pytest.mark.parametrize("main_waits", [False, True], ids=["program-exits", "program-times-out"])
+def test_a_setsid_double_forked_daemon_dies_with_the_run(host: HostWatch, main_waits: bool) -> None:
     marker = f"unirl-daemon-{uuid.uuid4().hex}"
     daemon = f"""
 import os, sys, time
@@ -308,39 +249,71 @@ pid = int(os.read(read, 32))
 time.sleep(0.2)
 os.kill(pid, 0)
 print("daemon alive", flush=True)
-while {main_loops}:
-    pass
+while {main_waits}:
+    time.sleep(1)
 """
     result = run_sandboxed(daemon, limits=QUICK)
     assert result.stdout == "daemon alive\n"
-    assert result.status == ("timeout" if main_loops else "ok")
+    assert result.status == ("timeout" if main_waits else "ok")
     assert processes_with_marker(marker) == []
     host.assert_back_to_normal()
 
 
-def test_a_crashing_host_takes_the_whole_run_with_it(host: HostWatch) -> None:
-    marker = f"unirl-orphan-{uuid.uuid4().hex}"
-    # The marker is spelled backwards in the host's command line, so only the sandboxed process matches.
-    runaway = (f"import os, sys\nmarker = {marker[::-1]!r}[::-1]\nif os.fork() == 0:\n    os.setsid()\n"
-               "    os.execv(sys.executable, [sys.executable, '-I', '-c', 'while True: pass', marker])\n"
-               "while True:\n    pass\n")
-    code = f"from unirl.sandbox import SandboxLimits, run_sandboxed\nrun_sandboxed({runaway!r}, " \
-           "limits=SandboxLimits(wall_seconds=60))"
-    trainer = subprocess.Popen([sys.executable, "-c", code])
+def test_a_session_relays_requests_and_replies_and_caps_them(host: HostWatch) -> None:
+    echo = ("import os\nrequests, replies = map(int, os.environ['UNIRL_SANDBOX_CHANNEL'].split())\n"
+            "print('stdout stays separate', flush=True)\n"
+            "for line in os.fdopen(requests, 'rb'):\n    os.write(replies, line.upper())\n"
+            "    if line.startswith(b'flood'):\n        os.write(replies, b'x' * (1 << 20))\n")
+    with start_sandboxed(echo, limits=QUICK) as session:
+        assert session.send(b"hello\n") and session.receive_line(1024) == b"HELLO"
+        assert session.send(b"again\n") and session.receive_line(1024) == b"AGAIN"
+        result = session.finish()  # end of input: the server's loop ends, the program exits
+    assert (result.status, result.stdout) == ("ok", "stdout stays separate\n")
+    with start_sandboxed(echo, limits=QUICK) as session:
+        assert session.send(b"flood\n") and session.receive_line(1024) == b"FLOOD"
+        assert session.receive_line(4096) is None  # a reply longer than the cap kills the run
+        assert not session.send(b"more\n")
+        flooded = session.finish()
+    assert flooded.status == "output_limit" and "reply" in flooded.reason
+    host.assert_back_to_normal()
+
+
+def test_a_missing_bubblewrap_is_refused_naming_the_fix() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("hiding /usr/bin/bwrap needs a private mount namespace (root)")
+    code = "import unirl.sandbox as s\ns.run_sandboxed('print(1)')"
+    hide = f"mount --bind /dev/null $(command -v bwrap) && exec {sys.executable} -c \"{code}\""
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide],
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0
+    assert "SandboxUnavailable" in probe.stderr and "apt-get install bubblewrap" in probe.stderr
+
+
+def test_disabled_user_namespaces_are_refused_naming_the_fix() -> None:
+    # A user namespace (ours, mapping root and nobody) with max_user_namespaces = 0: for nobody inside, user
+    # namespaces are off, exactly as on a host with kernel.unprivileged_userns_clone=0.
+    site = next((p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)), None)
+    if os.geteuid() != 0 or site is None or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root and a system Python an unprivileged user can run")
+    attempt = "import unirl.sandbox as s; s.run_sandboxed('print(1)')"
+    inner = (f"read go; exec sh -c \"echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid=65534 "
+             f"--regid=65534 --clear-groups env PYTHONPATH={REPO}:{site} /usr/bin/python3 -c \\\"{attempt}\\\"\"")
+    # The second sh runs as the mapped root, with capabilities in the namespace; the first exec'd before the maps.
+    holder = subprocess.Popen(["unshare", "--user", "sh", "-c", inner], stdin=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd="/")
     try:
         deadline = time.monotonic() + 10
-        while not processes_with_marker(marker):
-            assert time.monotonic() < deadline and trainer.poll() is None, "the runaway never started"
-            time.sleep(0.05)
+        while os.readlink(f"/proc/{holder.pid}/ns/user") == os.readlink("/proc/self/ns/user"):
+            assert time.monotonic() < deadline, "unshare never created its user namespace"
+            time.sleep(0.01)
+        for name in ("uid_map", "gid_map"):
+            Path(f"/proc/{holder.pid}/{name}").write_text("0 0 1\n65534 65534 1\n")
+        _, stderr = holder.communicate("go\n", timeout=60)
     finally:
-        trainer.kill()  # SIGKILL: no cleanup code of ours runs in the host
-        trainer.wait()
-    # The death signals travel host -> supervisor -> init -> the namespace: a few milliseconds.
-    deadline = time.monotonic() + 2
-    while (processes_with_marker(marker) or sandbox_processes() - host.processes) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert processes_with_marker(marker) == []
-    host.assert_back_to_normal()
+        holder.kill()
+        holder.wait()
+    assert "SandboxUnavailable" in stderr and "user namespaces are disabled" in stderr, stderr[-2000:]
+    assert "max_user_namespaces" in stderr
 
 
 def test_root_without_a_spare_uid_is_refused_not_run_unisolated() -> None:
@@ -368,68 +341,52 @@ def test_an_unprivileged_caller_gets_a_user_namespace(host: HostWatch) -> None:
     forks = ("import os, time\nn = 0\nfor _ in range(40):\n    try:\n        if os.fork() == 0:\n"
              "            time.sleep(1)\n            os._exit(0)\n        n += 1\n"
              "    except OSError:\n        break\nprint(n)")
+    memfd = ("import os\ntry:\n    os.memfd_create('x')\n    print('memfd')\n"
+             "except OSError as exc:\n    print(exc.strerror)")
     code = f"""
 import json
 from unirl.sandbox import SandboxLimits, check_isolation, run_sandboxed
 report = check_isolation()
 result = run_sandboxed({forks!r}, limits=SandboxLimits(max_processes=8, wall_seconds=5))
-print(json.dumps({{"mode": report.mode, "uid": report.uid, "readonly": report.readonly_root, "forks": result.stdout}}))
+denied = run_sandboxed({memfd!r})
+print(json.dumps({{"mode": report.mode, "uid": report.uid, "readonly": report.readonly_root, "forks": result.stdout,
+                  "cgroup": result.isolation["cgroup"], "memfd": denied.stdout.strip(), "seccomp": report.seccomp}}))
 """
-    repo = str(Path(unirl.__file__).parent.parent)
     probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", system_python, "-c", code],
-                           capture_output=True, text=True, timeout=30, env={"PYTHONPATH": f"{repo}:{site}"}, cwd="/")
+                           capture_output=True, text=True, timeout=60, env={"PYTHONPATH": f"{REPO}:{site}"}, cwd="/")
     assert probe.returncode == 0, probe.stderr
     seen = json.loads(probe.stdout)
-    assert (seen["mode"], seen["uid"], seen["readonly"]) == ("userns", 65534, True)
+    assert (seen["mode"], seen["uid"], seen["readonly"], seen["seccomp"]) == ("userns", 65534, True, True)
     assert int(seen["forks"]) < 8  # the program itself counts, so fewer than 8 children
+    if seen["cgroup"].startswith("none"):  # nobody cannot create cgroups here: per-process limits, memfd denied
+        assert seen["memfd"] == "Operation not permitted", seen
     host.assert_back_to_normal()
 
 
-# --- the code_tests reward on top of the sandbox -----------------------------------------------------------
-
-ADDITION = [{"input": "1 2\n", "output": "3\n"}, {"input": "5 5\n", "output": "10\n"},
-            {"input": "-4 1\n", "output": "-3\n"}, {"input": "0 0\n", "output": "0\n"}]
-
-
-def score(completion: str, reference: str | None = None, **kwargs: float) -> unirl.RewardResult:
-    sample = unirl.Sample(prompt="add two numbers", completion=completion, reference=reference,
-                          metadata={"tests": ADDITION} if reference is None else {})
-    return code_tests(sample, **{"timeout_s": 1.0, **kwargs})
-
-
-def test_code_tests_scores_correct_wrong_and_partial_programs(host: HostWatch) -> None:
-    correct = score("Here you go:\n```python\na, b = map(int, input().split())\nprint(a + b)\n```\nDone.")
-    assert correct.score == 1.0
-    assert correct.components == {"compiled": 1.0, "passed_fraction": 1.0, "timed_out": 0.0}
-    wrong = score("```python\nprint(42)\n```")
-    assert wrong.score == 0.0 and wrong.info["reason"] == "wrong answer on test 0"
-    partial = score("```python\na, b = map(int, input().split())\nprint(a + b if a > 0 else 0)\n```")
-    assert partial.score == 0.75 and partial.info["verdicts"] == ["pass", "pass", "wrong_answer", "pass"]
-    broken = score("```python\ndef f(:\n```")
-    assert broken.score == 0.0 and broken.components["compiled"] == 0.0
-    assert "SyntaxError" in broken.info["reason"]
+def test_without_a_cgroup_runs_go_on_with_per_process_limits_and_say_so(host: HostWatch) -> None:
+    # UNIRL_SANDBOX_CGROUP naming no usable cgroup v2 directory: the same as a machine without delegated cgroups.
+    code = """
+import json
+from unirl.sandbox import SandboxLimits, run_sandboxed
+hog = run_sandboxed("chunks = []\\nwhile True:\\n    chunks.append(bytearray(16 << 20))",
+                    limits=SandboxLimits(memory_mb=128))
+memfd = run_sandboxed("import os\\ntry:\\n    os.memfd_create('x')\\n    print('memfd')\\nexcept OSError as exc:\\n"
+                      "    print(exc.strerror)")
+print(json.dumps({"hog": hog.status, "memfd": memfd.stdout.strip(), "cgroup": memfd.isolation["cgroup"],
+                  "peak": memfd.memory_peak_mb}))
+"""
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "UNIRL_SANDBOX_CGROUP": "/nonexistent"})
+    assert probe.returncode == 0, probe.stderr
+    seen = json.loads(probe.stdout)
+    assert seen["cgroup"].startswith("none (UNIRL_SANDBOX_CGROUP=/nonexistent is not") and "RLIMIT_AS" in seen["cgroup"]
+    assert (seen["hog"], seen["memfd"], seen["peak"]) == ("memory", "Operation not permitted", None)
     host.assert_back_to_normal()
 
 
-def test_code_tests_scores_an_infinite_loop_zero_with_the_reason(host: HostWatch) -> None:
-    looping = score("```python\nwhile True:\n    pass\n```")
-    assert looping.score == 0.0 and looping.components["timed_out"] == 1.0
-    assert looping.info["status"] == "timeout" and "timeout" in looping.info["reason"]
-    assert looping.info["verdicts"] == ["timeout", "not_run", "not_run", "not_run"]  # one timeout, not four
-    host.assert_back_to_normal()
-
-
-def test_code_tests_runs_assert_style_references(host: HostWatch) -> None:
-    reference = "assert add(1, 2) == 3\nassert add(2, 2) == 4\nimport math\nassert add(-1, 1) == 0\n"
-    assert score("def add(a, b):\n    return a + b", reference).score == 1.0
-    assert score("def add(a, b):\n    return 3", reference).score == pytest.approx(1 / 3)
-    # Exiting early, or printing look-alike result lines, passes nothing.
-    cheat = score("import sys\nprint('pass 0')\nprint('x pass 1')\nsys.exit(0)", reference)
-    assert cheat.score == 0.0
-    host.assert_back_to_normal()
-
-
-def test_code_tests_is_registered_and_raises_when_there_is_nothing_to_test() -> None:
-    assert get_host().rewards.get("code_tests") is code_tests
-    with pytest.raises(ValueError, match="needs"):
-        code_tests(unirl.Sample(prompt="", completion="print(1)", reference="42"))
+def test_the_sandbox_module_is_what_code_tests_runs_on() -> None:
+    # code_tests builds on the public API only (a refactor of the sandbox must keep it).
+    assert {"run_sandboxed", "start_sandboxed", "SandboxLimits", "SandboxResult", "SandboxUnavailable",
+            "SandboxOverloaded", "check_isolation", "IsolationReport"} <= set(dir(sandbox))
+    assert issubclass(sandbox.SandboxOverloaded, InfrastructureError)
+    assert issubclass(sandbox.SandboxUnavailable, InfrastructureError)
