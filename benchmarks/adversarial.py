@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import machine, save  # noqa: E402
+from _common import machine, save
 
-from tests.adversarial import AREAS, load_areas  # noqa: E402
+from tests.adversarial import AREAS, load_areas
 
 
 def main(argv: list[str]) -> int:

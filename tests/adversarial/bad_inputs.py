@@ -10,7 +10,6 @@ import io
 import json
 import os
 import struct
-
 from collections.abc import Callable
 from pathlib import Path
 
@@ -190,7 +189,8 @@ CASES = [
     Case("answer missing in some rows", refused(data_file("d.jsonl", jsonl([*ROWS[:3], {"prompt": "x"}, *ROWS[3:]])),
                                                 "row 3", "lacks this column")),
     Case("fewer rows than one step", refused(lambda t: [*data_file("d.jsonl", jsonl(ROWS[:3]))(t),
-                                                        "algorithm.prompts_per_step=8"], "fewer than one training step")),
+                                                        "algorithm.prompts_per_step=8"],
+                                             "fewer than one training step")),
     Case("a template naming a missing column", refused(lambda t: [*data_file("d.jsonl", jsonl(ROWS))(t),
                                                                   "data.prompt_template='Q: {question}'"],
                                                        "data.prompt_template", "KeyError")),
@@ -204,7 +204,8 @@ CASES = [
                                             "model.path=", "model.safetensors")),
     Case("a truncated safetensors file", refused(model_dir(**{"model.safetensors": safetensors(8, claimed=4096)}),
                                                  "truncated")),
-    Case("config.json that is not JSON", refused(model_dir(**{"config.json": "{model_type"}), "config.json is not JSON")),
+    Case("config.json that is not JSON", refused(model_dir(**{"config.json": "{model_type"}),
+                                                 "config.json is not JSON")),
     Case("config.json without model_type", refused(model_dir(**{"config.json": "{}"}), "no model_type")),
     Case("a model without tokenizer files", refused(model_dir(**{"tokenizer.json": None}), "no tokenizer files")),
     Case("a weight index naming a missing shard", refused(model_dir(**{"model.safetensors.index.json": json.dumps(
@@ -253,11 +254,13 @@ CASES = [
                                                     "completion_tokens='ten'", "integer")),
     Case("a Latin-1 samples file", refused(samples('{"completion": "caf\xe9"}\n'.encode("latin-1")), "not UTF-8")),
     Case("a samples line without completion", refused(samples(jsonl([{"prompt": "x"}])), "'completion'")),
-    Case("a samples line of the wrong type", refused(samples(jsonl([{"completion": ["a"]}])), "completion must be str")),
+    Case("a samples line of the wrong type", refused(samples(jsonl([{"completion": ["a"]}])),
+                                                     "completion must be str")),
     Case("an unknown reward name", refused(samples(jsonl([{"completion": "1"}]), "nope"), "unknown reward 'nope'")),
     Case("reward test --file that exits at import", refused(
         lambda t: ((t / "r.py").write_text("import os\nos._exit(2)\n"),
-                   [*samples(jsonl([{"completion": "1"}]))(t), "--file", str(t / "r.py")])[1], "--file", "exit status")),
+                   [*samples(jsonl([{"completion": "1"}]))(t), "--file", str(t / "r.py")])[1],
+        "--file", "exit status")),
     Case("completions that look like terminal markup", markup_is_text),
     Case("U+2028 inside a samples string", u2028_is_data),
     # -- the command line itself
