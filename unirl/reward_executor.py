@@ -44,7 +44,7 @@ from unirl.errors import UnirlError
 from unirl.process_tree import kill_descendants, rss_mib
 from unirl.reward_messages import ERROR_KINDS, CorruptMessage, decode
 from unirl.reward_spec import RewardRuntimeSpec, load_reward
-from unirl.reward_worker import Item, LoadedReward, Outcome, call_rewards
+from unirl.reward_worker import LOST_CONNECTION, Item, LoadedReward, Outcome, call_rewards
 from unirl.rewards import Sample
 
 ASYNC_GRACE_S = 2.0  # an async gather that ignores cancellation is killed this long after its own timeout
@@ -612,6 +612,8 @@ class _Pool:
     def _crash_message(self, w: _Worker) -> str:
         code = w.process.poll()
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        if code == LOST_CONNECTION:
+            how += ": its connection to unirl broke"
         if int(self.progress[w.slot * 3 + 1]) == _NEVER:
             return f"reward worker died ({how}) before running any reward"
         detail = f"; {w.broken}" if w.broken else ""

@@ -30,6 +30,7 @@ LoadedReward = tuple[RewardFunction, dict[str, Any]]
 # What a reward's own code may raise and still be an outcome: SystemExit too (a reward calling sys.exit must not end
 # the worker, let alone the trainer when it scores in-thread); KeyboardInterrupt stays the user's Ctrl-C.
 AUTHOR_FAILURES = (Exception, SystemExit)
+LOST_CONNECTION = 75  # the worker's exit status when its connection to the host broke under it
 MESSAGE_MAX_CHARS = 8192  # a traceback or reason in trajectories.jsonl; a 50 MB exception message is cut
 
 
@@ -168,7 +169,11 @@ def worker_main(conn: Any, progress: Any, slot: int) -> None:
             if message is None:
                 return
             task_id, items = message
-            _score_task(channel, rewards, task_id, items, async_timeout_s, on_call, progress, base)
+            try:
+                _score_task(channel, rewards, task_id, items, async_timeout_s, on_call, progress, base)
+            except OSError:  # a reward closed or broke the connection: the host blames the call and replaces us
+                kill_descendants(os.getpid(), reap=True)
+                os._exit(LOST_CONNECTION)  # not SystemExit: finalizers would trip over the closed descriptor
             rss = rss_mib(os.getpid())
             if memory_mb and rss is not None and rss > memory_mb:
                 channel.send(("recycle", rss))

@@ -244,8 +244,16 @@ def sleeps_past_timeout(tmp: Path) -> None:
         executor.close()
 
 
+def scored_with(rewards: list[RewardFunction | RewardEntry], completions: list[str], pol: RewardPolicy,
+                **metadata: object) -> list[ScoredSample]:
+    """score(), with the executor closed afterwards."""
+    scored, executor = score(rewards, completions, pol, **metadata)
+    executor.close()
+    return scored
+
+
 def async_ignores_cancellation(tmp: Path) -> None:
-    assert_failed(score([fr.stubborn_async], ["a"], policy(timeout_s=0.5))[0][0], "stubborn_async", "timeout")
+    assert_failed(scored_with([fr.stubborn_async], ["a"], policy(timeout_s=0.5))[0], "stubborn_async", "timeout")
 
 
 def async_raises_its_own_timeout(tmp: Path) -> None:
@@ -253,7 +261,7 @@ def async_raises_its_own_timeout(tmp: Path) -> None:
 
 
 def batched_call_hangs(tmp: Path) -> None:
-    scored = score([fr.batched_hangs], ["a", "b", "c"], policy(timeout_s=0.3))[0]
+    scored = scored_with([fr.batched_hangs], ["a", "b", "c"], policy(timeout_s=0.3))
     for s in scored:
         assert_failed(s, "batched_hangs", "timeout")
 
@@ -322,7 +330,7 @@ def leaks_memory(tmp: Path) -> None:
 
 
 def balloons_in_one_call(tmp: Path) -> None:
-    scored = score([fr.balloons], ["a"], policy(worker_memory_mb=128, timeout_s=20), mib=600)[0]
+    scored = scored_with([fr.balloons], ["a"], policy(worker_memory_mb=128, timeout_s=20), mib=600)
     assert_failed(scored[0], "balloons", "memory", "worker_memory_mb")
 
 
