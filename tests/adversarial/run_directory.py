@@ -418,10 +418,13 @@ def lock_released_on_every_exit_path(tmp: Path) -> None:
         failed = runs / "failed"  # fewer updates than the recipe asks: a failed run (exit 1)
         code, _, err = cli(*RUN[:3], "algorithm.steps=2", "+framework.overrides.max_steps=1", f"hydra.run.dir={failed}")
         assert code == 1, err[-2000:]
-        invalid = runs / "invalid"  # refused after Hydra started, by TRL's own GRPOConfig
+        invalid = runs / "invalid"  # refused by TRL's own GRPOConfig: before Hydra, so no directory at all
         code, _, err = cli(*RUN[:3], "+framework.overrides.no_such_grpo_key=1", f"hydra.run.dir={invalid}")
+        assert code == 2 and not invalid.exists(), err[-2000:]
+        sweep = runs / "sweep"  # a sweep member is refused after Hydra made its directory
+        code, _, err = cli("-m", *RUN[:3], "+framework.overrides.no_such_grpo_key=1", f"hydra.sweep.dir={sweep}")
         assert code == 2, err[-2000:]
-        for run_dir in (completed, failed, invalid):
+        for run_dir in (completed, failed, sweep, sweep / "0"):
             assert run_dir.is_dir() and not (run_dir / LOCK).exists(), f"{run_dir.name}: the lock was left behind"
         interrupted = runs / "interrupted"
         gate = tmp / "gate"
