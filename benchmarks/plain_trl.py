@@ -20,7 +20,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import PrinterCallback, TrainerCallback  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
-from unirl.embedded import arith, tiny_model  # noqa: E402  (model and data builders only)
+from unirl.data.builtin import arith, tiny_model  # noqa: E402  (model and data builders only)
 
 plan = json.loads(Path(sys.argv[1]).read_text())
 out_dir = Path(sys.argv[2])

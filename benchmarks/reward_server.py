@@ -41,11 +41,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import save  # noqa: E402
-from unirl.reward_executor import RewardExecutor  # noqa: E402
-from unirl.reward_spec import RewardEntry, RewardPolicy, RewardRuntimeSpec  # noqa: E402
-from unirl.rewards import Sample  # noqa: E402
+from unirl.rewards.contract import Sample  # noqa: E402
+from unirl.rewards.executor import RewardExecutor  # noqa: E402
+from unirl.rewards.spec import RewardEntry, RewardPolicy, RewardRuntimeSpec  # noqa: E402
 
-SPEC = RewardRuntimeSpec((RewardEntry("math_answer", "unirl_rewards.math_answer:math_answer",
+SPEC = RewardRuntimeSpec((RewardEntry("math_answer", "unirl.plugins.builtin_rewards.math_answer:math_answer",
                                       components=("has_answer",), inline=True),),
                          RewardPolicy(on_error="fallback", workers=1))
 WARMUP = 50

@@ -35,14 +35,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks._common import save  # noqa: E402
-from unirl.reward_executor import RewardExecutor  # noqa: E402
-from unirl.reward_spec import RewardEntry, RewardPolicy, RewardRuntimeSpec  # noqa: E402
-from unirl.rewards import Sample  # noqa: E402
+from unirl.rewards.contract import Sample  # noqa: E402
+from unirl.rewards.executor import RewardExecutor  # noqa: E402
+from unirl.rewards.spec import RewardEntry, RewardPolicy, RewardRuntimeSpec  # noqa: E402
 
 BATCH = 256
-MATH = RewardEntry("math_answer", "unirl_rewards.math_answer:math_answer", kwargs={"verifier": "math_verify"},
+MATH = RewardEntry("math_answer", "unirl.plugins.builtin_rewards.math_answer:math_answer",
+                   kwargs={"verifier": "math_verify"},
                    components=("has_answer",))
-TRIVIAL = RewardEntry("bare_number", "unirl_rewards.formats:bare_number")
+TRIVIAL = RewardEntry("bare_number", "unirl.plugins.builtin_rewards.formats:bare_number")
 
 
 def make_samples(n: int, seed: int = 0) -> list[Sample]:
@@ -73,7 +74,7 @@ def tree_rss_mib() -> float:
 
 
 def sequential(samples: list[Sample], entry: RewardEntry) -> tuple[float, list[float]]:
-    from unirl.reward_spec import load_reward
+    from unirl.rewards.spec import load_reward
 
     fn = load_reward(entry)
     start = time.perf_counter()
@@ -109,7 +110,7 @@ def executor(samples: list[Sample], entry: RewardEntry, memory_marks: tuple[int,
 
 
 def _score_chunk(chunk: list[Sample]) -> list[float]:
-    from unirl.reward_spec import load_reward
+    from unirl.rewards.spec import load_reward
 
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     fn = load_reward(MATH)

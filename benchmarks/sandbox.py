@@ -24,7 +24,7 @@ from typing import Any
 
 from _common import save, summary
 
-from unirl import sandbox
+from unirl.rewards.sandbox import core as sandbox
 
 RUNAWAYS = {
     "busy_loop": "while True:\n    pass\n",

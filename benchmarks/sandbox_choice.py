@@ -2,7 +2,7 @@
 
 * ``handwritten``: ``unirl/sandbox.py`` as of commit 2c5d24a (its own supervisor and init, shipped as Python source
   to a second interpreter per run), loaded from git into a temporary module;
-* ``bubblewrap``: today's ``unirl.sandbox`` (bwrap 0.8 + a libseccomp filter + a cgroup per run).
+* ``bubblewrap``: today's ``unirl.rewards.sandbox.core`` (bwrap 0.8 + a libseccomp filter + a cgroup per run).
 
 For each: executions per second of ``print(1)`` serially and with one thread per core (the two interleaved in
 rounds, so a change in the machine's load hits both alike), time to kill three runaways, and the corpus areas
@@ -34,7 +34,7 @@ from sandbox import RUNAWAYS, bare_python_per_second, executions_per_second, tim
 
 import unirl
 from tests.adversarial import grader_tricks, sandbox_programs
-from unirl import sandbox as bubblewrap
+from unirl.rewards.sandbox import core as bubblewrap
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "2c5d24a"
@@ -54,6 +54,7 @@ def load_handwritten(directory: Path) -> tuple[types.ModuleType, Any]:
     spec.loader.exec_module(module)
     grader_source = subprocess.run(["git", "show", f"{BASELINE}:plugins/unirl_rewards/code_exec.py"], cwd=REPO,
                                    capture_output=True, text=True, check=True).stdout
+    # the grader at 2c5d24a imported the sandbox from its path then
     grader_source = grader_source.replace("from unirl.sandbox import", "from handwritten_sandbox import")
     grader = types.ModuleType("handwritten_code_exec")
     registered = unirl.reward

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import machine, save, summary
-from unirl.plan import BackendEnvironment, LaunchPlan
+from unirl.backend.plan import BackendEnvironment, LaunchPlan
 
 STAMP = "import sys, time; open(sys.argv[1], 'w').write(repr(time.time())); print('first output', flush=True)"
 
@@ -51,7 +51,7 @@ def overhead(scheduler: object, options: dict, repeats: int) -> dict[str, object
 
 def sweep_wall(args: list[str], runs_dir: Path) -> tuple[float, list[float]]:
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "unirl.cli", "-m", *args], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "unirl.cli.main", "-m", *args], capture_output=True, text=True,
                          env={**os.environ, "UNIRL_RUNS_DIR": str(runs_dir)})
     wall = time.perf_counter() - start
     if out.returncode != 0:
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     results: dict[str, object] = {"machine": machine()}
 
-    from unirl_local.scheduler import LocalScheduler
+    from unirl.plugins.local.scheduler import LocalScheduler
 
     results["local"] = overhead(LocalScheduler(), {"in_process": False}, args.repeats)
     print("local", results["local"])
@@ -77,7 +77,7 @@ def main() -> None:
     os.environ.update(RAY_ENV)
     head = RayHead().start()
     try:
-        from unirl_ray.scheduler import RayScheduler
+        from unirl.plugins.ray.scheduler import RayScheduler
 
         results["ray"] = overhead(RayScheduler(), {"address": head.address, "poll_s": 0.2}, args.repeats)
         print("ray", results["ray"])
@@ -85,7 +85,7 @@ def main() -> None:
         head.stop()
 
     if shutil.which("sinfo") and subprocess.run(["sinfo"], capture_output=True).returncode == 0:
-        from unirl_slurm.scheduler import SlurmScheduler
+        from unirl.plugins.slurm.scheduler import SlurmScheduler
 
         options = {**SlurmScheduler.options, "poll_s": 0.2}
         results["slurm"] = overhead(SlurmScheduler(), options, args.repeats)

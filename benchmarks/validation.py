@@ -28,7 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    unirl = [sys.executable, "-m", "unirl.cli"]
+    unirl = [sys.executable, "-m", "unirl.cli.main"]
     env = {f"UNIRL_{b.upper()}_PYTHON": str(REPO / ".venvs" / b / "bin" / "python") for b in ("verl", "openrlhf")}
     results: dict[str, object] = {"machine": machine()}
     for backend in ("verl", "openrlhf"):
@@ -40,7 +40,7 @@ def main() -> None:
 
     os.environ.update(env)
     from tests.test_translation_fuzz import accepted_plans
-    from unirl.plugins import get_host
+    from unirl.host.manager import get_host
 
     host = get_host()
     for backend in ("verl", "openrlhf", "nemo_rl", "slime", "vime"):

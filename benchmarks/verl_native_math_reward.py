@@ -6,9 +6,8 @@ as unirl's executor: verl calls it in its reward worker's thread pool.
 
 from typing import Any
 
-from unirl_rewards.math_answer import math_answer
-
-from unirl.rewards import Sample
+from unirl.plugins.builtin_rewards.math_answer import math_answer
+from unirl.rewards.contract import Sample
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None, **_: Any) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from unirl.recipe import AlgorithmConfig, DataConfig, Recipe, ResourcesConfig, RolloutConfig
-from unirl.reward_spec import RewardPolicy
+from unirl.recipe.schema import AlgorithmConfig, DataConfig, Recipe, ResourcesConfig, RolloutConfig
+from unirl.rewards.spec import RewardPolicy
 
 
 def gpu_recipe(framework: str, *, engine: str = "vllm", nodes: int = 1, gpus: int = 8,

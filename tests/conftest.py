@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm_cluster import slurm_cluster  # noqa: F401  (a session fixture for slurm tests)
-from unirl.plugins import reset_host
+from unirl.host.manager import reset_host
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from typing import NoReturn
 def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The installed console script, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "unirl.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "unirl.cli.main", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout)
 
 

@@ -13,16 +13,19 @@ import math
 from pathlib import Path
 from typing import Any
 
-from unirl.reward_executor import RewardExecutor
-from unirl.reward_spec import RewardEntry, RewardPolicy, RewardRuntimeSpec
-from unirl.rewards import Sample
+from unirl.rewards.contract import Sample
+from unirl.rewards.executor import RewardExecutor
+from unirl.rewards.spec import RewardEntry, RewardPolicy, RewardRuntimeSpec
 
 PARITY_REWARDS = (
-    RewardEntry("math_answer", "unirl_rewards.math_answer:math_answer", weight=1.0, components=("has_answer",)),
-    RewardEntry("numeric_closeness", "unirl_rewards.math_answer:numeric_closeness", weight=0.5, kwargs={"scale": 5}),
-    RewardEntry("format", "unirl_rewards.formats:format_match", weight=0.2, kwargs={"pattern": r"\s*-?\d+\s*"},
+    RewardEntry("math_answer", "unirl.plugins.builtin_rewards.math_answer:math_answer", weight=1.0,
+                components=("has_answer",)),
+    RewardEntry("numeric_closeness", "unirl.plugins.builtin_rewards.math_answer:numeric_closeness", weight=0.5,
+                kwargs={"scale": 5}),
+    RewardEntry("format", "unirl.plugins.builtin_rewards.formats:format_match", weight=0.2,
+                kwargs={"pattern": r"\s*-?\d+\s*"},
                 components=("finished",)),
-    RewardEntry("length_penalty", "unirl_rewards.formats:length_penalty", weight=1.0,
+    RewardEntry("length_penalty", "unirl.plugins.builtin_rewards.formats:length_penalty", weight=1.0,
                 kwargs={"max_length": 200, "buffer": 100, "unit": "chars"}, components=("length",)),
 )
 

@@ -20,7 +20,7 @@ import pytest
 from tests.parity import PARITY_SAMPLES, expected_rows, parity_spec, same
 from unirl.adapters import common
 from unirl.adapters.common import ERRORS_KEY, native_keys
-from unirl.reward_spec import RewardRuntimeSpec
+from unirl.rewards.spec import RewardRuntimeSpec
 
 
 @pytest.fixture
@@ -180,7 +180,7 @@ def test_nemo_rl_registration_satisfies_create_env(monkeypatch: pytest.MonkeyPat
 
 def test_trl_reward_funcs(spec_file: tuple[RewardRuntimeSpec, Path], expected: list[dict[str, float]]) -> None:
     from unirl.adapters.trl import TrlRewardAdapter
-    from unirl.reward_executor import RewardExecutor
+    from unirl.rewards.executor import RewardExecutor
 
     spec, _ = spec_file
     records: list[dict[str, Any]] = []
@@ -221,7 +221,7 @@ def test_failures_reach_the_trajectory_log_with_their_traceback(spec_file: tuple
 def test_exclude_is_refused_where_the_backend_needs_a_number(tmp_path: Path) -> None:
     from unirl.adapters.verl import compute_score
     from unirl.errors import FieldError
-    from unirl.reward_spec import RewardPolicy
+    from unirl.rewards.spec import RewardPolicy
 
     spec = RewardRuntimeSpec(parity_spec().rewards, RewardPolicy(on_error="exclude"))
     path = spec.write(tmp_path / "spec.json")

@@ -14,10 +14,10 @@ import pytest
 
 from tests.backend_recipes import gpu_recipe
 from tests.helpers import missing
-from unirl.backend_env import CORE_DIR, launch_command, stage_light_core
-from unirl.export import canonical_rows, write_export
-from unirl.native import CORE_PACKAGES
-from unirl.plan import BackendEnvironment, DataExport, LaunchPlan
+from unirl.backend.environment import CORE_DIR, launch_command, stage_light_core
+from unirl.backend.export import canonical_rows, write_export
+from unirl.backend.native import CORE_PACKAGES
+from unirl.backend.plan import BackendEnvironment, DataExport, LaunchPlan
 
 
 def bare_python() -> str:
@@ -29,9 +29,9 @@ def bare_python() -> str:
 
 
 @pytest.mark.parametrize("adapter", ["unirl.adapters.verl", "unirl.adapters.openrlhf", "unirl.adapters.slime",
-                                     "unirl_verl.native_check", "unirl_openrlhf.parser_schema"])
+                                     "unirl.plugins.verl.native_check", "unirl.plugins.openrlhf.parser_schema"])
 def test_the_staged_light_core_is_all_a_bare_interpreter_needs(tmp_path: Path, adapter: str) -> None:
-    core = stage_light_core(tmp_path / CORE_DIR, [*CORE_PACKAGES, "unirl_verl", "unirl_openrlhf"])
+    core = stage_light_core(tmp_path / CORE_DIR, [*CORE_PACKAGES, "unirl.plugins.verl", "unirl.plugins.openrlhf"])
     out = subprocess.run([bare_python(), "-I", "-c", f"import sys; sys.path.insert(0, {str(core)!r}); "
                           f"import {adapter}, unirl; print(unirl.__file__)"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -40,7 +40,8 @@ def test_the_staged_light_core_is_all_a_bare_interpreter_needs(tmp_path: Path, a
 
 def plan_in(kind: str, **env: object) -> LaunchPlan:
     spec = BackendEnvironment(kind=kind, **{"python": "python3", **env})  # type: ignore[arg-type]
-    return LaunchPlan("verl", "0.9.1", "unirl_verl:verl", {}, command=["python", "-m", "verl.trainer.main_ppo", "a=1"],
+    return LaunchPlan("verl", "0.9.1", "unirl.plugins.verl:verl", {},
+                      command=["python", "-m", "verl.trainer.main_ppo", "a=1"],
                       env={"UNIRL_REWARD_SPEC": "/runs/r/reward_spec.json"}, environment=spec)
 
 
@@ -70,7 +71,7 @@ def test_an_apptainer_launch_uses_nv_and_binds() -> None:
 
 
 def test_a_missing_interpreter_or_runtime_is_named_before_launch(tmp_path: Path) -> None:
-    from unirl.backend_env import check_environment
+    from unirl.backend.environment import check_environment
     from unirl.errors import UnirlError
 
     with pytest.raises(UnirlError, match=r"framework\.python='/nope/python': no such interpreter"):

@@ -15,7 +15,7 @@ import pytest
 from tests.helpers import run_harness
 from tests.parity import PARITY_SAMPLES, expected_rows, parity_spec, same, write_samples
 from unirl.adapters.openrlhf import ABORT_EXIT_CODE, write_reward_file
-from unirl.reward_spec import RewardPolicy, RewardRuntimeSpec
+from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec
 
 pytestmark = [pytest.mark.openrlhf, pytest.mark.slow]
 FLOAT32 = 1e-6  # OpenRLHF keeps rewards and extra logs in float32 tensors

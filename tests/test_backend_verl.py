@@ -16,7 +16,7 @@ import pytest
 import unirl.adapters.verl
 from tests.helpers import run_harness
 from tests.parity import PARITY_SAMPLES, expected_rows, parity_spec, same
-from unirl.reward_spec import RewardPolicy, RewardRuntimeSpec
+from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ def plan_json(*overrides: str) -> dict:
 def test_plus_framework_form_works_exactly_as_written() -> None:
     plan = plan_json("+framework=trl", "recipe=grpo_math")
     assert plan["framework"] == "trl"
-    assert plan["entrypoint"] == "unirl_trl.runner:run"
+    assert plan["entrypoint"] == "unirl.plugins.trl.runner:run"
 
 
 def test_framework_without_plus_and_no_framework_at_all_give_the_same_plan() -> None:
@@ -64,7 +64,7 @@ def test_plan_is_pure_same_recipe_same_bytes() -> None:
 def test_help_and_plan_import_no_heavy_package(args: list[str]) -> None:
     probe = (
         "import sys, io, contextlib\n"
-        "from unirl.cli import main\n"
+        "from unirl.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main({args!r})\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'trl', 'ray', 'datasets', 'verl', 'openrlhf', 'vllm')"

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pytest
-from unirl_rewards.code_exec import code_tests
 
 import unirl
 from tests.adversarial.sandbox_programs import HostWatch
-from unirl.plugins import get_host
+from unirl.host.manager import get_host
+from unirl.plugins.builtin_rewards.code_exec import code_tests
 
 ADDITION = [{"input": "1 2\n", "output": "3\n"}, {"input": "5 5\n", "output": "10\n"},
             {"input": "-4 1\n", "output": "-3\n"}, {"input": "0 0\n", "output": "0\n"}]

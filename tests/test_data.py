@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from unirl.data import fingerprint, load_rows
-from unirl.embedded import arith
+from unirl.data.builtin import arith
+from unirl.data.loading import fingerprint, load_rows
 from unirl.errors import FieldError
-from unirl.recipe import DataConfig
+from unirl.recipe.schema import DataConfig
 
 ROWS = [{"question": "2+2=", "solution": "4", "data_source": "toy"}, {"question": "3+3=", "solution": "6"}]
 

@@ -20,7 +20,7 @@ LONG = ["algorithm.steps=100000", "eval.before_training=false", f"framework.pyth
 
 
 def start_run(cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "unirl.cli", *LONG], cwd=cwd, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "unirl.cli.main", *LONG], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ})
 
 
@@ -56,7 +56,7 @@ def test_a_backend_killed_with_sigkill_is_a_failed_run_with_its_log_tail(isolate
 def test_unirl_stop_cancels_a_running_local_child(isolated: Path) -> None:
     unirl = start_run(isolated)
     run_dir = wait_for_steps(isolated / "runs", 2)
-    stopped = subprocess.run([sys.executable, "-m", "unirl.cli", "stop", str(run_dir)], capture_output=True,
+    stopped = subprocess.run([sys.executable, "-m", "unirl.cli.main", "stop", str(run_dir)], capture_output=True,
                              text=True, timeout=120)
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped process" in stopped.stdout

@@ -11,10 +11,10 @@ import pytest
 
 import unirl
 from tests.helpers import run_cli
+from unirl.backend.contract import Capabilities
 from unirl.errors import UnirlError, UnknownName
-from unirl.framework import Capabilities
-from unirl.plugins import build_host
-from unirl.registry import Registry
+from unirl.host.manager import build_host
+from unirl.host.registry import Registry
 
 
 class ToyFramework:
@@ -65,10 +65,10 @@ def test_registering_a_name_twice_is_an_error_naming_both_plugins() -> None:
 
 
 def test_lazy_entries_import_nothing_until_used() -> None:
-    sys.modules.pop("unirl_rewards.math_answer", None)
+    sys.modules.pop("unirl.plugins.builtin_rewards.math_answer", None)
     host = build_host()
     assert not host.rewards.entry("math_answer").loaded
-    assert "unirl_rewards.math_answer" not in sys.modules
+    assert "unirl.plugins.builtin_rewards.math_answer" not in sys.modules
     assert host.rewards.get("math_answer").name == "math_answer"
     assert host.rewards.entry("math_answer").loaded
 
@@ -122,7 +122,7 @@ def test_lifecycle_hooks_reach_every_plugin(tmp_path: Path) -> None:
             seen.append(("metrics", step))
 
     host = build_host(extra_plugins=[Sink()])
-    from unirl.run import RunInfo
+    from unirl.record.layout import RunInfo
 
     run = RunInfo(run_dir=tmp_path, framework="trl", recipe={"logging": {"progress": False}})
     host.pm.hook.unirl_metrics(run=run, step=3, metrics={"reward/total/mean": 0.5})
@@ -137,4 +137,4 @@ def test_unirl_plugins_lists_distribution_version_and_hooks() -> None:
     assert rows["trl"]["distribution"] == "unirl"
     assert rows["trl"]["version"] == unirl.__version__
     assert "unirl_add_frameworks" in rows["trl"]["hooks"]
-    assert "unirl_rollouts_scored" in rows["unirl.record"]["hooks"]
+    assert "unirl_rollouts_scored" in rows["recorder"]["hooks"]

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unirl_nemo_rl.framework import CAPABILITIES, NemoRlFramework
-from unirl_nemo_rl.schema import GRPO_MATH_1B_DEFAULTS, cross_field_problems, key_problems, merged_config
 
+from unirl.backend.export import CanonicalRow, nemo_rl_row
+from unirl.backend.plan import LaunchPlan
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
-from unirl.export import CanonicalRow, nemo_rl_row
-from unirl.plan import LaunchPlan
-from unirl.recipe import (
+from unirl.host.registry import Registry
+from unirl.plugins.nemo_rl.framework import CAPABILITIES, NemoRlFramework
+from unirl.plugins.nemo_rl.schema import GRPO_MATH_1B_DEFAULTS, cross_field_problems, key_problems, merged_config
+from unirl.recipe.schema import (
     AlgorithmConfig,
     DataConfig,
     EvalConfig,
@@ -34,8 +35,7 @@ from unirl.recipe import (
     RolloutConfig,
     RunSection,
 )
-from unirl.registry import Registry
-from unirl.reward_spec import RewardPolicy
+from unirl.rewards.spec import RewardPolicy
 
 GOLDEN = Path(__file__).parent / "golden" / "nemo_rl"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -124,7 +124,7 @@ def test_plan_is_pure() -> None:
 
 def test_command_runs_unirls_launcher_on_the_base_config() -> None:
     built = plan(VARIANTS["grpo_math_8gpu"])
-    assert built.command[:7] == ["python", "-m", "unirl_nemo_rl.launch", "--repo", "/opt/nemo-rl", "--config",
+    assert built.command[:7] == ["python", "-m", "unirl.plugins.nemo_rl.launch", "--repo", "/opt/nemo-rl", "--config",
                                  "examples/configs/grpo_math_1B.yaml"]
     assert built.native_config["base_config"] == "examples/configs/grpo_math_1B.yaml"
     assert "+env.unirl.unirl_spec='{run_dir}/reward_spec.json'" in built.command
@@ -238,7 +238,7 @@ def test_raw_overrides_are_applied_last_and_shown() -> None:
 
 
 def test_every_mapped_row_has_a_native_default_or_is_new() -> None:
-    from unirl_nemo_rl.framework import MAPPING
+    from unirl.plugins.nemo_rl.framework import MAPPING
 
     for row in MAPPING:
         key = row.native_key
@@ -248,7 +248,7 @@ def test_every_mapped_row_has_a_native_default_or_is_new() -> None:
 
 
 def test_plugin_registers_the_framework() -> None:
-    from unirl_nemo_rl.plugin import unirl_add_frameworks
+    from unirl.plugins.nemo_rl.plugin import unirl_add_frameworks
 
     registry: Registry[Any] = Registry("framework")
     unirl_add_frameworks(registry)
@@ -377,8 +377,8 @@ def test_nemo_rl_rows_carry_plain_text_input_and_output() -> None:
 
 
 def test_the_plans_exports_write_rows_responsedataset_reads(tmp_path: Path) -> None:
-    from unirl.export import write_export
-    from unirl.recipe import recipe_from_dict
+    from unirl.backend.export import write_export
+    from unirl.recipe.schema import recipe_from_dict
 
     built = plan(VARIANTS["grpo_math_8gpu"]).resolve(str(tmp_path / "run"))
     recipe = recipe_from_dict(built.recipe)
@@ -463,8 +463,8 @@ def fake_nemo_rl(root: Path) -> Path:
 
 def run_launcher(repo: Path, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FAKE_RUN_GRPO_OUT": str(out),
-           "PYTHONPATH": os.pathsep.join([str(repo), str(REPO_ROOT), str(REPO_ROOT / "plugins")])}
-    return subprocess.run([sys.executable, "-m", "unirl_nemo_rl.launch", "--repo", str(repo), *args],
+           "PYTHONPATH": os.pathsep.join([str(repo), str(REPO_ROOT)])}
+    return subprocess.run([sys.executable, "-m", "unirl.plugins.nemo_rl.launch", "--repo", str(repo), *args],
                           capture_output=True, text=True, env=env, cwd=out.parent, timeout=120)
 
 

@@ -11,13 +11,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from unirl_openrlhf.framework import OpenRlhfFramework, option_schema
-from unirl_openrlhf.resources import gpu_demand
 
 from tests.backend_recipes import gpu_recipe
 from tests.helpers import REPO, point_at_backend
 from unirl.errors import FieldError, RecipeInvalid
-from unirl.plugins import get_host
+from unirl.host.manager import get_host
+from unirl.plugins.openrlhf.framework import OpenRlhfFramework, option_schema
+from unirl.plugins.openrlhf.resources import gpu_demand
 
 OPENRLHF = OpenRlhfFramework()
 SCHEMA = option_schema("0.11.2")
@@ -152,10 +152,11 @@ def test_openrlhf_rejects_what_would_fail_or_hang_after_ray_starts(openrlhf_pyth
 @pytest.mark.openrlhf
 @pytest.mark.slow
 def test_parser_snapshot_matches_the_installed_openrlhf(openrlhf_python: Path) -> None:
-    out = subprocess.run([str(openrlhf_python), "-m", "unirl_openrlhf.parser_schema"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO / "plugins")}, timeout=300, check=True)
+    out = subprocess.run([str(openrlhf_python), "-m", "unirl.plugins.openrlhf.parser_schema"], capture_output=True,
+                         text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300, check=True)
     live = json.loads(out.stdout)
-    shipped = json.loads((REPO / "plugins" / "unirl_openrlhf" / "schema_0.11.2.json").read_text())
+    shipped = json.loads((REPO / "unirl" / "plugins" / "openrlhf" / "schema_0.11.2.json").read_text())
     assert live == shipped
 
 
@@ -163,9 +164,9 @@ def test_parser_snapshot_matches_the_installed_openrlhf(openrlhf_python: Path) -
 @pytest.mark.slow
 def test_prepared_prompts_go_through_openrlhfs_dataset_and_the_reward_file(openrlhf_python: Path, tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import unirl.native
+    import unirl.backend.native
 
-    monkeypatch.setattr(unirl.native, "check_gpus", lambda *a: None)  # no GPU here; everything else is real
+    monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)  # no GPU here; everything else is real
     plan = plan_for(algorithm={"steps": 3, "prompts_per_step": 8})
     run_dir = tmp_path / "run"
     resolved = OPENRLHF.prepare(plan, run_dir, get_host())

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from unirl_slime.framework import SlimeFamily, SlimeFramework, VimeFramework
-from unirl_slime.schema import flags_for, schema_problems
 
+from unirl.backend.plan import LaunchPlan
 from unirl.errors import RecipeInvalid, UnirlError
-from unirl.plan import LaunchPlan
-from unirl.recipe import Recipe, recipe_from_dict
+from unirl.plugins.slime.framework import SlimeFamily, SlimeFramework, VimeFramework
+from unirl.plugins.slime.schema import flags_for, schema_problems
+from unirl.recipe.schema import Recipe, recipe_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
@@ -33,7 +33,8 @@ BACKENDS: dict[str, tuple[SlimeFamily, str]] = {"slime": (SlimeFramework(), "sgl
 
 def shipped(backend: str, **framework: object) -> Recipe:
     """recipes/grpo_math.yaml on 8 GPUs, chat template on, the backend's engine, Qwen2.5-0.5B's model args."""
-    recipe = recipe_from_dict(OmegaConf.to_container(OmegaConf.load(REPO / "recipes" / "grpo_math.yaml")))
+    shipped = REPO / "unirl" / "recipe" / "recipes" / "grpo_math.yaml"
+    recipe = recipe_from_dict(OmegaConf.to_container(OmegaConf.load(shipped)))
     engine = BACKENDS[backend][1]
     return replace(recipe, resources=replace(recipe.resources, gpus_per_node=8),
                    data=replace(recipe.data, chat_template=True), rollout=replace(recipe.rollout, engine=engine),
@@ -269,7 +270,7 @@ def test_custom_rm_path_is_dotted_importable_and_async(backend: str) -> None:
 
 
 def test_plugin_registers_both_backends() -> None:
-    from unirl_slime import plugin
+    from unirl.plugins.slime import plugin
 
     added: list[object] = []
 

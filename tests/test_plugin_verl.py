@@ -9,14 +9,14 @@ import os
 from pathlib import Path
 
 import pytest
-from unirl_verl.framework import MAPPING, VerlFramework
-from unirl_verl.schema import known_keys, unknown_keys
 
 from tests.backend_recipes import gpu_recipe
 from tests.helpers import REPO, point_at_backend
+from unirl.backend.contract import translate
 from unirl.errors import RecipeInvalid
-from unirl.framework import translate
-from unirl.plugins import get_host
+from unirl.host.manager import get_host
+from unirl.plugins.verl.framework import MAPPING, VerlFramework
+from unirl.plugins.verl.schema import known_keys, unknown_keys
 
 VERL = VerlFramework()
 
@@ -150,8 +150,9 @@ def test_verl_rejects_what_it_would_reject_at_launch(verl_python: Path) -> None:
 def test_key_snapshot_matches_the_installed_verl(verl_python: Path) -> None:
     import subprocess
 
-    out = subprocess.run([str(verl_python), "-m", "unirl_verl.native_check", "--keys"], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(REPO / "plugins")}, timeout=300)
+    out = subprocess.run([str(verl_python), "-m", "unirl.plugins.verl.native_check", "--keys"], capture_output=True,
+                         text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     live = json.loads(out.stdout)
     assert live["verl"] == "0.9.1"
     assert set(live["keys"]) == set(known_keys())
@@ -163,9 +164,10 @@ def test_prepared_run_directory_is_read_and_scored_by_verls_own_code(verl_python
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """prepare() writes the parquet, the builtin model, the reward spec and the light core; verl's RLHFDataset
     reads the parquet with the exported tokenizer, and verl's loaded reward function scores a row."""
-    import unirl.native
+    import unirl.backend.native
 
-    monkeypatch.setattr(unirl.native, "check_gpus", lambda *a: None)  # this machine has no GPU; the rest is real
+    # this machine has no GPU; the rest is real
+    monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)
     plan = VERL.plan(gpu_recipe("verl", algorithm={"steps": 3, "prompts_per_step": 8}))
     run_dir = tmp_path / "run"
     resolved = VERL.prepare(plan, run_dir, get_host())

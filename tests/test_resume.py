@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import read_jsonl, run_cli
-from unirl.resume import latest_trainer_checkpoint, resume_overrides
-from unirl.run import append_jsonl, truncate_after
-from unirl.run import read_jsonl as read_jsonl_of_run
+from unirl.launch.resume import latest_trainer_checkpoint, resume_overrides
+from unirl.record.layout import append_jsonl, truncate_after
+from unirl.record.layout import read_jsonl as read_jsonl_of_run
 
 STEPS = 12
 PROMPTS = 2
@@ -40,7 +40,7 @@ def _steps(path: Path) -> list[int]:
 
 def _kill_after_first_checkpoint(cwd: Path, run_dir: Path) -> None:
     """Start the run as the user would and SIGKILL its whole process group once it has logged past a checkpoint."""
-    proc = subprocess.Popen([sys.executable, "-m", "unirl.cli", *RUN, f"hydra.run.dir={run_dir}"], cwd=cwd,
+    proc = subprocess.Popen([sys.executable, "-m", "unirl.cli.main", *RUN, f"hydra.run.dir={run_dir}"], cwd=cwd,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 120
@@ -145,7 +145,7 @@ KILL_IN_FINAL_EVAL = ("import os\nimport signal\n\nimport unirl\n\n\n"
 def test_a_run_killed_in_its_final_eval_resumes_without_training_again(isolated: Path) -> None:
     (isolated / "unirlfile.py").write_text(KILL_IN_FINAL_EVAL)
     run_dir = isolated / "runs" / "final"
-    proc = subprocess.run([sys.executable, "-m", "unirl.cli", *RUN, f"hydra.run.dir={run_dir}"], cwd=isolated,
+    proc = subprocess.run([sys.executable, "-m", "unirl.cli.main", *RUN, f"hydra.run.dir={run_dir}"], cwd=isolated,
                           capture_output=True, text=True, timeout=600, start_new_session=True,
                           env={**os.environ, "UNIRL_TEST_KILL_FINAL_EVAL": "1"})
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]

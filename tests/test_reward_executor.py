@@ -14,9 +14,9 @@ import pytest
 import unirl
 from tests import reward_fixtures as fx
 from unirl.errors import UnirlError
-from unirl.reward_executor import RewardAbort, RewardExecutor, RewardRuntimeError
-from unirl.reward_spec import RewardPolicy, RewardRuntimeSpec, entry_for
-from unirl.rewards import RewardFunction
+from unirl.rewards.contract import RewardFunction
+from unirl.rewards.executor import RewardAbort, RewardExecutor, RewardRuntimeError
+from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec, entry_for
 
 
 def spec(*rewards: RewardFunction | tuple[RewardFunction, float, dict], **policy: object) -> RewardRuntimeSpec:
@@ -206,8 +206,8 @@ def test_inline_rewards_score_in_the_calling_process_and_the_rest_in_workers() -
 
 
 def test_only_trusted_rewards_default_to_the_callers_thread() -> None:
-    from unirl_rewards.code_exec import code_tests
-    from unirl_rewards.math_answer import math_answer
+    from unirl.plugins.builtin_rewards.code_exec import code_tests
+    from unirl.plugins.builtin_rewards.math_answer import math_answer
 
     assert entry_for(math_answer).inline and not entry_for(math_answer, kwargs={"verifier": "math_verify"}).inline
     assert not entry_for(fx.exact).inline and not entry_for(code_tests).inline
@@ -216,8 +216,7 @@ def test_only_trusted_rewards_default_to_the_callers_thread() -> None:
 
 def test_a_failing_dispatcher_fails_the_call_with_its_cause(monkeypatch: pytest.MonkeyPatch) -> None:
     """A defect in the dispatcher thread itself (here injected into its result handling) must reach the caller."""
-    from unirl import reward_executor
-
+    from unirl.rewards import executor as reward_executor
     def broken(*args: object) -> None:
         raise KeyError("injected defect")
 
@@ -229,8 +228,7 @@ def test_a_failing_dispatcher_fails_the_call_with_its_cause(monkeypatch: pytest.
 def test_a_call_that_makes_no_progress_fails_instead_of_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     """If results stopped being recorded (a defect), the caller's deadline still ends the wait, with the workers'
     state in the message."""
-    from unirl import reward_executor
-
+    from unirl.rewards import executor as reward_executor
     monkeypatch.setattr(reward_executor, "STALL_SLACK_S", 0.5)
     monkeypatch.setattr(reward_executor._Pool, "_record", lambda self, task, idx, outcomes: None)
     started = time.monotonic()

@@ -40,7 +40,7 @@ from unirl.adapters import openrlhf_server as server_module
 from unirl.adapters.openrlhf import ABORT_EXIT_CODE
 from unirl.adapters.openrlhf_requests import RequestError, parse_batch
 from unirl.adapters.openrlhf_server import Limits, RewardServer, load_secret, serve
-from unirl.reward_spec import RewardPolicy
+from unirl.rewards.spec import RewardPolicy
 
 FAILING = {"query": ["Spell it: seven</s>"], "prompts": ["Spell it: "], "labels": ["seven"]}  # numeric_closeness raises
 

@@ -6,12 +6,12 @@ import json
 import threading
 
 import pytest
-from unirl_rewards.formats import bare_number, format_match, length_penalty
-from unirl_rewards.math_answer import extract_answer, math_answer
 
 import unirl
 import unirl.errors
 from tests import reward_fixtures as fx
+from unirl.plugins.builtin_rewards.formats import bare_number, format_match, length_penalty
+from unirl.plugins.builtin_rewards.math_answer import extract_answer, math_answer
 
 
 @pytest.mark.parametrize(

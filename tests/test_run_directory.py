@@ -20,14 +20,14 @@ import pytest
 
 from tests.adversarial import run_directory as rd
 from unirl.errors import UnirlError
-from unirl.resume import (
+from unirl.launch.resume import (
     latest_trainer_checkpoint,
     recipe_changes,
     safetensors_problem,
     torch_file_problem,
     verify_checkpoint,
 )
-from unirl.run_lock import (
+from unirl.launch.run_lock import (
     LOCK,
     RunDirectoryLocked,
     acquire,
@@ -38,7 +38,7 @@ from unirl.run_lock import (
     process_start,
     read_lock,
 )
-from unirl.run_name import PATTERN, problems, raw_problems
+from unirl.recipe.run_name import PATTERN, problems, raw_problems
 
 
 def _record(pid: int, **changes: object) -> dict[str, object]:
@@ -180,7 +180,7 @@ def test_a_resume_may_change_where_it_runs_but_not_what_it_trains() -> None:
 
 
 def test_a_detached_jobs_state_comes_from_its_scheduler_and_no_answer_is_no_answer() -> None:
-    from unirl.run_lock import detached_job_active
+    from unirl.launch.run_lock import detached_job_active
 
     class Asked:
         def __init__(self, answer: object) -> None:
@@ -212,7 +212,7 @@ def test_the_run_name_rule() -> None:
 
 
 def test_plan_refuses_a_run_name_that_is_not_one_folder(capsys: pytest.CaptureFixture[str]) -> None:
-    from unirl.cli import main
+    from unirl.cli.main import main
 
     assert main(["plan", "run.name=../../x"]) == 2
     assert f"run.name='../../x': a run name is one folder name matching {PATTERN}" in capsys.readouterr().err
@@ -264,8 +264,8 @@ def test_checkpoint_verification_names_what_is_wrong(tmp_path: Path) -> None:
 
 
 def test_job_ids_of_the_shapes_unirl_and_slurm_make_are_accepted() -> None:
-    from unirl_ray.scheduler import checked_job_id as ray_job_id
-    from unirl_slurm.scheduler import checked_job_id as slurm_job_id
+    from unirl.plugins.ray.scheduler import checked_job_id as ray_job_id
+    from unirl.plugins.slurm.scheduler import checked_job_id as slurm_job_id
 
     assert ray_job_id({"job_id": "unirl-2026-01-01_00-00-00-000001-0123abcd"}) == \
         "unirl-2026-01-01_00-00-00-000001-0123abcd"
@@ -274,7 +274,7 @@ def test_job_ids_of_the_shapes_unirl_and_slurm_make_are_accepted() -> None:
 
 
 def test_help_documents_resume_force_and_stop_refusals(capsys: pytest.CaptureFixture[str]) -> None:
-    from unirl.cli import main
+    from unirl.cli.main import main
 
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
@@ -292,7 +292,7 @@ def test_two_resumes_started_as_commands_one_exits_2_naming_the_other(tmp_path: 
         first = rd.spawn(tmp_path, "resume", str(run_dir), UNIRL_TEST_GATE=str(gate))
         try:
             rd.wait_for(Path(f"{gate}.reached"), first, "the first resume started training")
-            second = subprocess.run([sys.executable, "-m", "unirl.cli", "resume", str(run_dir)], cwd=tmp_path,
+            second = subprocess.run([sys.executable, "-m", "unirl.cli.main", "resume", str(run_dir)], cwd=tmp_path,
                                     capture_output=True, text=True, timeout=300)
             assert second.returncode == 2, second.stderr[-2000:]
             assert f"in use by another unirl process: pid {first.pid}" in second.stderr

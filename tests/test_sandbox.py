@@ -28,9 +28,9 @@ from tests.adversarial.sandbox_programs import (
     meminfo_kib,
     processes_with_marker,
 )
-from unirl import sandbox
 from unirl.errors import InfrastructureError
-from unirl.sandbox import (
+from unirl.rewards.sandbox import core as sandbox
+from unirl.rewards.sandbox.core import (
     SandboxLimits,
     SandboxUnavailable,
     check_isolation,
@@ -281,7 +281,7 @@ def test_a_session_relays_requests_and_replies_and_caps_them(host: HostWatch) ->
 def test_a_missing_bubblewrap_is_refused_naming_the_fix() -> None:
     if os.geteuid() != 0:
         pytest.skip("hiding /usr/bin/bwrap needs a private mount namespace (root)")
-    code = "import unirl.sandbox as s\ns.run_sandboxed('print(1)')"
+    code = "import unirl.rewards.sandbox.core as s\ns.run_sandboxed('print(1)')"
     hide = f"mount --bind /dev/null $(command -v bwrap) && exec {sys.executable} -c \"{code}\""
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", hide],
                            capture_output=True, text=True, timeout=60)
@@ -295,7 +295,7 @@ def test_disabled_user_namespaces_are_refused_naming_the_fix() -> None:
     site = next((p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix)), None)
     if os.geteuid() != 0 or site is None or not os.path.exists("/usr/bin/python3"):
         pytest.skip("needs root and a system Python an unprivileged user can run")
-    attempt = "import unirl.sandbox as s; s.run_sandboxed('print(1)')"
+    attempt = "import unirl.rewards.sandbox.core as s; s.run_sandboxed('print(1)')"
     inner = (f"read go; exec sh -c \"echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid=65534 "
              f"--regid=65534 --clear-groups env PYTHONPATH={REPO}:{site} /usr/bin/python3 -c \\\"{attempt}\\\"\"")
     # The second sh runs as the mapped root, with capabilities in the namespace; the first exec'd before the maps.
@@ -319,7 +319,7 @@ def test_disabled_user_namespaces_are_refused_naming_the_fix() -> None:
 def test_root_without_a_spare_uid_is_refused_not_run_unisolated() -> None:
     # Root of a user namespace that maps only itself (a rootless container) has no unprivileged uid.
     # The reward does not turn that into a score: SandboxUnavailable reaches the caller.
-    code = ("import unirl\nfrom unirl_rewards.code_exec import code_tests\n"
+    code = ("import unirl\nfrom unirl.plugins.builtin_rewards.code_exec import code_tests\n"
             "code_tests(unirl.Sample(prompt='', completion='print(1)', metadata={'tests': []}, reference='assert 1'))")
     probe = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", code],
                            capture_output=True, text=True, timeout=30)
@@ -345,7 +345,7 @@ def test_an_unprivileged_caller_gets_a_user_namespace(host: HostWatch) -> None:
              "except OSError as exc:\n    print(exc.strerror)")
     code = f"""
 import json
-from unirl.sandbox import SandboxLimits, check_isolation, run_sandboxed
+from unirl.rewards.sandbox.core import SandboxLimits, check_isolation, run_sandboxed
 report = check_isolation()
 result = run_sandboxed({forks!r}, limits=SandboxLimits(max_processes=8, wall_seconds=5))
 denied = run_sandboxed({memfd!r})
@@ -367,7 +367,7 @@ def test_without_a_cgroup_runs_go_on_with_per_process_limits_and_say_so(host: Ho
     # UNIRL_SANDBOX_CGROUP naming no usable cgroup v2 directory: the same as a machine without delegated cgroups.
     code = """
 import json
-from unirl.sandbox import SandboxLimits, run_sandboxed
+from unirl.rewards.sandbox.core import SandboxLimits, run_sandboxed
 hog = run_sandboxed("chunks = []\\nwhile True:\\n    chunks.append(bytearray(16 << 20))",
                     limits=SandboxLimits(memory_mb=128))
 memfd = run_sandboxed("import os\\ntry:\\n    os.memfd_create('x')\\n    print('memfd')\\nexcept OSError as exc:\\n"

@@ -36,7 +36,7 @@ def test_the_embedded_default_runs_as_a_ray_job(ray_head: RayHead, isolated: Pat
     job = json.loads((run_dir / "job.json").read_text())
     assert job["scheduler"] == "ray" and job["job_id"].startswith("unirl-") and job["state"] == "completed"
     assert [h["state"] for h in job["history"]][-1] == "completed"
-    assert "unirl_trl.runner" in job["submitted"]["entrypoint"]
+    assert "unirl.plugins.trl.runner" in job["submitted"]["entrypoint"]
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
     from ray.job_submission import JobSubmissionClient

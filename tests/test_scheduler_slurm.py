@@ -13,7 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unirl_slurm.scheduler import (
+
+from tests.helpers import run_cli, run_dirs
+from unirl.backend.plan import LaunchPlan
+from unirl.errors import UnirlError
+from unirl.launch.scheduler import read_job_record
+from unirl.plugins.slurm.scheduler import (
     EXIT_CODE_FILE,
     SCRIPT,
     SlurmScheduler,
@@ -23,19 +28,14 @@ from unirl_slurm.scheduler import (
     render_script,
 )
 
-from tests.helpers import run_cli, run_dirs
-from unirl.errors import UnirlError
-from unirl.plan import LaunchPlan
-from unirl.scheduler import read_job_record
-
 SHORT_TRL = ["algorithm.steps=2", "algorithm.prompts_per_step=2", "algorithm.samples_per_prompt=4",
              "eval.before_training=false", "logging.progress=false"]
 
 
 def trl_plan(run_dir: Path, *overrides: str) -> LaunchPlan:
     """The embedded default TRL recipe, made very short, prepared in ``run_dir`` as the CLI would."""
-    from unirl.cli import preflight
-    from unirl.plugins import get_host
+    from unirl.cli.main import preflight
+    from unirl.host.manager import get_host
 
     host = get_host()
     plan = preflight(host, [*SHORT_TRL, f"framework.python={sys.executable}", *overrides])
@@ -56,9 +56,8 @@ def wait_for_running(job_id: str, timeout: float = 60.0) -> float:
 
 
 def test_two_node_ray_plan_gets_a_ray_cluster_before_its_command(tmp_path: Path) -> None:
-    from unirl_verl.framework import VerlFramework
-
     from tests.backend_recipes import gpu_recipe
+    from unirl.plugins.verl.framework import VerlFramework
 
     run_dir = tmp_path / "run"
     plan = VerlFramework().plan(gpu_recipe("verl", nodes=2)).resolve(str(run_dir))
@@ -82,7 +81,7 @@ def test_single_node_trl_plan_has_no_ray(tmp_path: Path) -> None:
     script = render_script(plan, tmp_path / "run", dict(SlurmScheduler.options), ray_based=False)
     assert "ray.scripts" not in script and "RAY_ADDRESS" not in script and "srun" not in script
     assert "#SBATCH --nodes=1\n" in script and "--gpus-per-node" not in script
-    assert f"{sys.executable} -m unirl_trl.runner --plan {tmp_path / 'run' / 'plan.json'}" in script
+    assert f"{sys.executable} -m unirl.plugins.trl.runner --plan {tmp_path / 'run' / 'plan.json'}" in script
 
 
 def test_trl_on_several_nodes_is_refused_before_anything_is_submitted(tmp_path: Path) -> None:
@@ -185,7 +184,7 @@ def test_invalid_partition_is_a_clear_error(slurm_cluster: str, tmp_path: Path) 
 @pytest.mark.slow
 @pytest.mark.train
 def test_cli_runs_the_default_recipe_on_slurm(slurm_cluster: str, tmp_path: Path) -> None:
-    from unirl.plugins import get_host
+    from unirl.host.manager import get_host
 
     assert "slurm" in get_host().schedulers.names()  # registered through the entry point, like any plugin
     # No framework.python: the in-process default, which the batch job runs as a child of its own.

@@ -78,7 +78,7 @@ def test_every_reward_component_reaches_trajectories_and_metrics(learned_run: Pa
 
 def test_a_local_model_directory_and_jsonl_data_train_like_a_users_run(isolated: Path) -> None:
     """The real users' path: model.path=<local dir> via from_pretrained, data from JSONL with own keys."""
-    from unirl.embedded import tiny_model
+    from unirl.data.builtin import tiny_model
 
     model_dir = tiny_model.save("tiny-arith", seed=1, out_dir=isolated / "my-model")
     rows = [{"question": f"{a}+{b}=", "solution": str(a + b)} for a in range(5) for b in range(5)]
@@ -166,7 +166,7 @@ def test_a_backend_in_another_interpreter_runs_as_a_child_process(isolated: Path
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["in_process"] is False and plan["environment"]["python"] == sys.executable
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["argv"][0].endswith("unirl_trl/runner.py")  # it ran in the child, not in unirl's process
+    assert manifest["argv"][0].endswith("unirl/plugins/trl/runner.py")  # it ran in the child, not in unirl's process
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"
 
 

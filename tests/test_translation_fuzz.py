@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from tests.backend_recipes import gpu_recipe
 from tests.helpers import point_at_backend
+from unirl.backend.plan import LaunchPlan
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
-from unirl.plan import LaunchPlan
-from unirl.plugins import get_host
-from unirl.recipe import Recipe, validate
+from unirl.host.manager import get_host
+from unirl.recipe.schema import Recipe, validate
 
 BACKENDS = ("verl", "openrlhf", "nemo_rl", "slime", "vime")
 # Options a backend needs that are not about the recipe (slime/vime need Megatron's architecture flags).

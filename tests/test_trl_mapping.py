@@ -7,11 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from unirl_trl.framework import TrlFramework, launch_args
 
+from unirl.backend.plan import LaunchPlan
 from unirl.errors import RecipeInvalid, UnirlError
-from unirl.plan import LaunchPlan
-from unirl.recipe import AlgorithmConfig, Recipe, ResourcesConfig, RolloutConfig, RunSection
+from unirl.plugins.trl.framework import TrlFramework, launch_args
+from unirl.recipe.schema import AlgorithmConfig, Recipe, ResourcesConfig, RolloutConfig, RunSection
 
 
 def plan_for(**algorithm: object) -> LaunchPlan:

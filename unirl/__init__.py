@@ -4,7 +4,7 @@ Importing unirl is cheap: it never imports torch, transformers, ray or any backe
 """
 
 from unirl.hookspecs import hookimpl
-from unirl.rewards import RewardResult, Sample, reward
+from unirl.rewards.contract import RewardResult, Sample, reward
 
 __version__ = "0.1.0"
 __all__ = ["RewardResult", "Sample", "__version__", "hookimpl", "reward"]

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from unirl.framework import Framework
-    from unirl.registry import Registry
-    from unirl.rewards import RewardFunction
-    from unirl.rollout import RolloutEngine
-    from unirl.run import RunInfo
-    from unirl.scheduler import Scheduler
+    from unirl.backend.contract import Framework
+    from unirl.backend.rollout import RolloutEngine
+    from unirl.host.registry import Registry
+    from unirl.launch.scheduler import Scheduler
+    from unirl.record.layout import RunInfo
+    from unirl.rewards.contract import RewardFunction
 
 PROJECT = "unirl"
 hookspec = pluggy.HookspecMarker(PROJECT)

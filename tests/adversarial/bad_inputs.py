@@ -23,8 +23,8 @@ SMALL = ["algorithm.steps=2", "algorithm.prompts_per_step=2", "algorithm.samples
 
 def cli(tmp: Path, *argv: str) -> tuple[int, str, str]:
     """``unirl ARGV`` in this process, from ``tmp``, with its own runs directory; (exit code, stdout, stderr)."""
-    from unirl.cli import main
-    from unirl.plugins import reset_host
+    from unirl.cli.main import main
+    from unirl.host.manager import reset_host
 
     reset_host()
     out, err = io.StringIO(), io.StringIO()

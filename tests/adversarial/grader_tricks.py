@@ -40,7 +40,7 @@ TOTAL = Task("xs = [1, 2, 3]\nassert total(xs) == sum(xs)\nys = [1]\nassert tota
 
 
 def _code_tests(sample: unirl.Sample) -> unirl.RewardResult:
-    from unirl_rewards.code_exec import code_tests
+    from unirl.plugins.builtin_rewards.code_exec import code_tests
 
     return code_tests(sample, timeout_s=2.0)
 

@@ -19,9 +19,9 @@ import psutil
 import unirl
 from tests.adversarial import Case
 from tests.adversarial import fault_rewards as fr
-from unirl.reward_executor import RewardExecutor, RewardRuntimeError, ScoredSample
-from unirl.reward_spec import RewardEntry, RewardPolicy, RewardRuntimeSpec, entry_for
-from unirl.rewards import RewardFunction
+from unirl.rewards.contract import RewardFunction
+from unirl.rewards.executor import RewardExecutor, RewardRuntimeError, ScoredSample
+from unirl.rewards.spec import RewardEntry, RewardPolicy, RewardRuntimeSpec, entry_for
 
 AREA = "reward faults (a buggy author's reward)"
 DEADLINE_S = 60.0  # every case must end well within this; the executor's own deadlines are a few seconds here
@@ -203,7 +203,7 @@ def killed_from_outside_while_fed(tmp: Path) -> None:
         while not stop.is_set():
             for child in me.children():
                 with contextlib.suppress(psutil.Error):
-                    if "unirl.reward_worker" in " ".join(child.cmdline()):
+                    if "unirl.rewards.worker" in " ".join(child.cmdline()):
                         child.send_signal(signal.SIGKILL)
                         break
             time.sleep(0.15)
@@ -323,7 +323,7 @@ def leaks_memory(tmp: Path) -> None:
     try:
         assert all(s.scores["leaks"] == 1.0 for s in scored), [s.errors for s in scored]
         assert executor.stats.worker_recycles >= 1, executor.stats
-        pids = [p for p in psutil.Process().children() if "unirl.reward_worker" in " ".join(p.cmdline())]
+        pids = [p for p in psutil.Process().children() if "unirl.rewards.worker" in " ".join(p.cmdline())]
         assert pids and all(p.memory_info().rss < 600 * 2**20 for p in pids), "a leaking worker was kept"
     finally:
         executor.close()
@@ -352,7 +352,7 @@ def daemon_dies_with_executor(tmp: Path) -> None:
 def reward_test(tmp: Path, name: str, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     samples = tmp / "samples.jsonl"
     samples.write_text('{"completion": "1", "reference": "1", "metadata": {"pid_file": "%s"}}\n' % (tmp / "d.pid"))
-    return subprocess.run([sys.executable, "-m", "unirl.cli", "reward", "test", name, "--file",
+    return subprocess.run([sys.executable, "-m", "unirl.cli.main", "reward", "test", name, "--file",
                            str(Path(fr.__file__)), "--samples", str(samples), "--json", *extra],
                           capture_output=True, text=True, timeout=timeout, cwd=tmp)
 
@@ -381,9 +381,9 @@ def daemon_does_not_hold_stdout(tmp: Path) -> None:
 # --- a user's reward in a recipe that scores the built-ins in-thread -------------------------------------------------
 
 def user_reward_in_default_recipe_gets_a_timeout(tmp: Path) -> None:
-    from unirl.compose import compose, to_recipe
-    from unirl.plugins import get_host, reset_host
-    from unirl.reward_spec import spec_from_recipe
+    from unirl.host.manager import get_host, reset_host
+    from unirl.recipe.compose import compose, to_recipe
+    from unirl.rewards.spec import spec_from_recipe
 
     reset_host()
     (tmp / "mine.py").write_text("import time, unirl\n@unirl.reward('mine')\ndef mine(sample):\n"

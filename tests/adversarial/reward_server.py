@@ -28,9 +28,9 @@ from typing import Any
 from tests.adversarial import Case
 from unirl.adapters import common
 from unirl.adapters.openrlhf_server import Limits, RewardServer, serve
-from unirl.reward_executor import RewardExecutor
-from unirl.reward_spec import RewardEntry, RewardPolicy, RewardRuntimeSpec
-from unirl.rewards import Sample
+from unirl.rewards.contract import Sample
+from unirl.rewards.executor import RewardExecutor
+from unirl.rewards.spec import RewardEntry, RewardPolicy, RewardRuntimeSpec
 
 AREA = "reward server (hostile HTTP clients)"
 # Short timeouts so slow attacks end in about a second; a small cap so "more than the cap" stays cheap.
@@ -39,9 +39,11 @@ SECRET = "unirl-test-secret-0123456789abcdef"
 REPLY_TIMEOUT_S = 15.0  # a reply later than this is a hang (the slowest attack is answered after ~1.5 s)
 PROMPT = "What is 3+4? Answer: "
 GOOD = {"query": [PROMPT + "so \\boxed{7}</s>"], "prompts": [PROMPT], "labels": ["7"]}
-ENTRIES = (RewardEntry("math_answer", "unirl_rewards.math_answer:math_answer", components=("has_answer",),
+ENTRIES = (RewardEntry("math_answer", "unirl.plugins.builtin_rewards.math_answer:math_answer",
+                       components=("has_answer",),
                        inline=True),
-           RewardEntry("numeric_closeness", "unirl_rewards.math_answer:numeric_closeness", weight=0.5, inline=True))
+           RewardEntry("numeric_closeness", "unirl.plugins.builtin_rewards.math_answer:numeric_closeness", weight=0.5,
+                       inline=True))
 
 
 def reward_spec(policy: RewardPolicy | None = None) -> RewardRuntimeSpec:

@@ -3,7 +3,7 @@ does to it. Nothing may write a run directory another live process writes, conti
 resume from a broken checkpoint, signal a process that is not the run's, write outside UNIRL_RUNS_DIR, or call a run
 that trained nothing completed.
 
-Each case runs real commands: ``unirl.cli.main`` in this process (as a user's second terminal would, minus the
+Each case runs real commands: ``unirl.cli.main.main`` in this process (as a user's second terminal would, minus the
 interpreter start), real training subprocesses killed with SIGKILL at a chosen step by a hook, real processes for the
 lock and ``unirl stop``. The killed run and the uninterrupted one it is compared with are made once per process and
 copied into each case's directory.
@@ -74,7 +74,7 @@ def unirl_run_start(run):
 def workspace(tmp: Path) -> Iterator[Path]:
     """Run a case as a user in ``tmp``: the working directory, UNIRL_RUNS_DIR=tmp/runs, the hooks file, a fresh
     plugin host; everything restored afterwards (the corpus also runs outside pytest)."""
-    from unirl.plugins import reset_host
+    from unirl.host.manager import reset_host
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     os.chdir(tmp)
@@ -95,8 +95,8 @@ def workspace(tmp: Path) -> Iterator[Path]:
 
 def cli(*args: str) -> tuple[int, str, str]:
     """``unirl ARGS`` in this process: (exit code, stdout, stderr)."""
-    from unirl.cli import main
-    from unirl.plugins import reset_host
+    from unirl.cli.main import main
+    from unirl.host.manager import reset_host
 
     out, err = io.StringIO(), io.StringIO()
     reset_host()
@@ -112,7 +112,7 @@ def spawn(cwd: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     """``unirl ARGS`` as its own process (own session, so a hook's killpg takes only it), output to files."""
     log = cwd / f"spawned-{time.monotonic_ns()}"
     with open(f"{log}.out", "w") as out, open(f"{log}.err", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "unirl.cli", *args], cwd=cwd, text=True, stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "unirl.cli.main", *args], cwd=cwd, text=True, stdout=out,
                                 stderr=err, env={**os.environ, "UNIRL_RUNS_DIR": str(cwd / "runs"), **env},
                                 start_new_session=True)
     _LOGS[proc.pid] = Path(f"{log}.err")
@@ -323,7 +323,7 @@ def sweep_member_resumed_while_the_sweep_runs(tmp: Path) -> None:
 
 
 def lock_of_a_reused_pid(tmp: Path) -> None:
-    from unirl.run_lock import LOCK, RunDirectoryLocked, acquire, identify, read_lock
+    from unirl.launch.run_lock import LOCK, RunDirectoryLocked, acquire, identify, read_lock
 
     with sleeper() as other:
         run_dir = tmp / "run"
@@ -345,7 +345,7 @@ def lock_of_a_reused_pid(tmp: Path) -> None:
 
 def racing_for_a_stale_lock(tmp: Path) -> None:
     """Four processes see the same stale lock at once: exactly one may take it."""
-    from unirl.run_lock import LOCK
+    from unirl.launch.run_lock import LOCK
 
     run_dir = tmp / "run"
     run_dir.mkdir()
@@ -353,7 +353,8 @@ def racing_for_a_stale_lock(tmp: Path) -> None:
     gone.wait()
     (run_dir / LOCK).write_text(json.dumps({"pid": gone.pid, "start_ticks": 1, "host": socket.gethostname()}))
     go, done = tmp / "go", tmp / "release"
-    script = ("import sys, time\nfrom pathlib import Path\nfrom unirl.run_lock import acquire, RunDirectoryLocked\n"
+    script = ("import sys, time\nfrom pathlib import Path\n"
+              "from unirl.launch.run_lock import acquire, RunDirectoryLocked\n"
               f"Path({str(tmp)!r}, 'ready-' + sys.argv[1]).touch()\n"
               f"while not Path({str(go)!r}).exists(): time.sleep(0.001)\n"
               f"try:\n    lock = acquire(Path({str(run_dir)!r}), ['racer'])\nexcept RunDirectoryLocked:\n"
@@ -382,7 +383,7 @@ def resume_while_a_detached_job_writes(tmp: Path) -> None:
     """A Slurm job submitted with scheduler.wait=false still writes the directory; no unirl process holds its lock.
     No cluster here: the scheduler's own answer ("still queued or running") is what the guard acts on, so the case
     gives that answer in place of squeue."""
-    from unirl_slurm.scheduler import SlurmScheduler
+    from unirl.plugins.slurm.scheduler import SlurmScheduler
 
     with workspace(tmp):
         run_dir = killed_run(tmp)
@@ -408,7 +409,7 @@ def resume_while_a_detached_job_writes(tmp: Path) -> None:
 
 
 def lock_released_on_every_exit_path(tmp: Path) -> None:
-    from unirl.run_lock import LOCK
+    from unirl.launch.run_lock import LOCK
 
     with workspace(tmp):
         runs = tmp / "runs"
@@ -468,7 +469,7 @@ def resume_after_the_recipe_file_was_edited(tmp: Path) -> None:
     from importlib import resources
 
     with workspace(tmp):
-        shipped = resources.files("unirl.recipes").joinpath("grpo_math.yaml").read_text()
+        shipped = resources.files("unirl.recipe.recipes").joinpath("grpo_math.yaml").read_text()
         assert "  lr: 2.0e-4\n" in shipped
         recipe = tmp / "mine.yaml"
         recipe.write_text(shipped)  # the same recipe as the shipped one the killed run was started with
@@ -591,7 +592,7 @@ def checkpoint_without_rng_state(tmp: Path) -> None:
 
 
 def stop_a_run_that_ended(tmp: Path) -> None:
-    from unirl.run_lock import process_start
+    from unirl.launch.run_lock import process_start
 
     with workspace(tmp), sleeper() as other:
         for state in ("completed", "failed", "cancelled", "interrupted"):
@@ -615,7 +616,7 @@ def stop_with_a_crafted_pid(tmp: Path) -> None:
 
 
 def stop_a_reused_pid(tmp: Path) -> None:
-    from unirl.run_lock import process_start
+    from unirl.launch.run_lock import process_start
 
     with workspace(tmp), sleeper() as other:
         run_dir = tmp / "run"
@@ -646,9 +647,8 @@ def stop_with_an_unparsable_record(tmp: Path) -> None:
 
 
 def stop_a_crafted_ray_job(tmp: Path) -> None:
-    from unirl_ray.scheduler import RayScheduler, check_owner
-
     from unirl.errors import UnirlError
+    from unirl.plugins.ray.scheduler import RayScheduler, check_owner
 
     for job_id in ("raysubmit_abc", "../x", "unirl-run", "unirl-run-XYZ", "--address=x", 7, ""):
         try:
@@ -665,9 +665,8 @@ def stop_a_crafted_ray_job(tmp: Path) -> None:
 
 
 def stop_a_crafted_slurm_job(tmp: Path) -> None:
-    from unirl_slurm.scheduler import SlurmScheduler, check_owner, job_workdir
-
     from unirl.errors import UnirlError
+    from unirl.plugins.slurm.scheduler import SlurmScheduler, check_owner, job_workdir
 
     for job_id in ("-1", "--user=root", "12 13", "12,13", "12;rm", "", "12_", "abc", True):
         try:
@@ -702,7 +701,7 @@ def _refused_before_anything(tmp: Path, *args: str, expect: tuple[str, ...], esc
 
 def _name_case(value: str) -> Callable[[Path], None]:
     def check(tmp: Path) -> None:
-        from unirl.run_name import PATTERN
+        from unirl.recipe.run_name import PATTERN
 
         escape = Path(os.path.normpath(tmp / "runs" / value)) if "${" not in value and value else None
         if escape is not None and os.path.lexists(escape):
@@ -763,7 +762,7 @@ def _read_only(tmp: Path, directory: Path, *args: str, expect: str) -> None:
     if shutil.which("unshare") is None:
         raise AssertionError("unshare is not installed: cannot make a read-only mount for this case")
     script = (f"mount --bind {directory} {directory} && mount -o remount,bind,ro {directory} && "
-              f"exec {sys.executable} -m unirl.cli " + " ".join(f"'{a}'" for a in args))
+              f"exec {sys.executable} -m unirl.cli.main " + " ".join(f"'{a}'" for a in args))
     before = snapshot(directory)
     proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script], cwd=tmp,
                           capture_output=True, text=True, timeout=DEADLINE_S,

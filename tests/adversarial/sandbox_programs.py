@@ -1,4 +1,4 @@
-"""Hostile programs against the sandbox (:mod:`unirl.sandbox`): each case is one attack, contained or not.
+"""Hostile programs against the sandbox (:mod:`unirl.rewards.sandbox.core`): each case is one attack, contained or not.
 
 Every case ends with :meth:`HostWatch.assert_back_to_normal`: no process of the run survives, the host mount table
 is unchanged, nothing was left in the host's /tmp, /var/tmp or /dev/shm or in its cgroups, host memory is where it
@@ -29,13 +29,13 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 import unirl
-import unirl.sandbox
+import unirl.rewards.sandbox.core
 from tests.adversarial import Case
 
 AREA = "sandbox: hostile programs"
 SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 REPO = Path(unirl.__file__).resolve().parent.parent
-_implementation: ModuleType = unirl.sandbox
+_implementation: ModuleType = unirl.rewards.sandbox.core
 
 
 @contextlib.contextmanager
@@ -101,7 +101,7 @@ def sandbox_processes() -> set[int]:
         status = process_status(pid)
         if not status or status["State"].startswith("Z"):
             continue
-        if foreign or int(status["Uid"].split()[0]) >= unirl.sandbox.SANDBOX_UID_BASE:
+        if foreign or int(status["Uid"].split()[0]) >= unirl.rewards.sandbox.core.SANDBOX_UID_BASE:
             found.add(int(pid))
     return found
 
@@ -121,8 +121,7 @@ def processes_with_marker(marker: str) -> list[int]:
 
 def run_cgroups() -> list[str]:
     """Cgroup directories of runs of this process that still exist."""
-    from unirl import sandbox_cgroup
-
+    from unirl.rewards.sandbox import cgroup as sandbox_cgroup
     layout, _ = sandbox_cgroup.availability()
     mine = f"{sandbox_cgroup.PREFIX}{os.getpid()}-"
     return [os.path.join(parent, name) for parent in (layout.parents.values() if layout else [])
@@ -154,7 +153,7 @@ class HostWatch:
                 # anything owned by a sandbox uid is a leak.
                 with contextlib.suppress(FileNotFoundError):
                     owner = os.lstat(os.path.join(directory, name)).st_uid
-                    assert owner < unirl.sandbox.SANDBOX_UID_BASE, \
+                    assert owner < unirl.rewards.sandbox.core.SANDBOX_UID_BASE, \
                         f"the sandbox left {directory}/{name} behind (uid {owner})"
         assert set(os.listdir("/dev/pts")) == self.ptys, "the host's /dev/pts changed"
         assert run_cgroups() == [], "a run's cgroup outlived it"
@@ -198,8 +197,8 @@ class Sampler:
 
 
 def current() -> bool:
-    """Whether the implementation under test is unirl.sandbox itself (code_tests is built on it)."""
-    return _implementation is unirl.sandbox
+    """Whether the implementation under test is unirl.rewards.sandbox.core itself (code_tests is built on it)."""
+    return _implementation is unirl.rewards.sandbox.core
 
 
 def host_command(body: str, *, uid: int | None = None, env: dict[str, str] | None = None,
@@ -217,7 +216,7 @@ def host_command(body: str, *, uid: int | None = None, env: dict[str, str] | Non
         "    sb = sys.modules['sandbox_under_test'] = importlib.util.module_from_spec(spec)\n"
         "    spec.loader.exec_module(sb)\n"
         "else:\n"
-        "    import unirl.sandbox as sb\n"
+        "    import unirl.rewards.sandbox.core as sb\n"
     )
     command = [sys.executable, "-c", prelude + body]
     environment = {**os.environ, **(env or {})}
@@ -348,7 +347,7 @@ secret = b"hunter2-" + os.urandom(8).hex().encode()
 serial = libc.syscall(ctypes.c_long(248), b"user", b"unirl-secret", secret, ctypes.c_long(len(secret)),
                       ctypes.c_long(-3))
 import unirl
-from unirl_rewards.code_exec import code_tests
+from unirl.plugins.builtin_rewards.code_exec import code_tests
 thief = f'''
 import ctypes, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -668,7 +667,8 @@ def sees_more_than_the_interpreter(tmp: Path) -> None:
     """The program sees the project directory (datasets, answers, other runs), home directories, /var, /sys."""
     probe = ("import json, os\nfound = [p for p in json.loads(os.environ['CANDIDATES']) if os.path.exists(p)]\n"
              "print(json.dumps(found))\n")
-    candidates = [str(REPO / "plugins"), str(REPO / "recipes"), str(REPO / "unirl"), "/home", "/var/lib",
+    candidates = [str(REPO / "unirl" / "plugins"), str(REPO / "unirl" / "recipe" / "recipes"), str(REPO / "unirl"),
+                  "/home", "/var/lib",
                   "/var/tmp", "/opt", "/srv", "/mnt", "/sys/kernel", "/run", "/etc/shadow", "/etc/ssh",
                   "/root/.bash_history", "/work/shared", str(Path.home() / ".ssh")]
     candidates = [c for c in candidates if os.path.exists(c)]
@@ -764,9 +764,9 @@ for name, source, wall in (("busy", "while True:\n    pass\n", 1.0),
         outcomes[name] = type(exc).__name__
 try:
     if not CURRENT:
-        raise RuntimeError("code_tests is built on unirl.sandbox")
+        raise RuntimeError("code_tests is built on unirl.rewards.sandbox.core")
     import unirl
-    from unirl_rewards.code_exec import code_tests
+    from unirl.plugins.builtin_rewards.code_exec import code_tests
     code_tests(unirl.Sample(prompt="", completion="while True:\n    pass\n",
                             metadata={"tests": [{"input": "", "output": "1\n"}]}), timeout_s=1.0)
     outcomes["code_tests"] = "scored"

@@ -8,11 +8,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from unirl.reward_executor import RewardExecutor, ScoredSample
-from unirl.reward_spec import RewardRuntimeSpec
-from unirl.rewards import Sample
-from unirl.run import append_jsonl
-from unirl.trajectory_log import TrajectorySampling
+from unirl.record.layout import append_jsonl
+from unirl.record.trajectory_log import TrajectorySampling
+from unirl.rewards.contract import Sample
+from unirl.rewards.executor import RewardExecutor, ScoredSample
+from unirl.rewards.spec import RewardRuntimeSpec
 
 SPEC_ENV = "UNIRL_REWARD_SPEC"
 ERRORS_KEY = "unirl/reward_errors"

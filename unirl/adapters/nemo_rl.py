@@ -26,7 +26,7 @@ from typing import Any
 from nemo_rl.environments.interfaces import EnvironmentInterface, EnvironmentReturn
 
 from unirl.adapters.common import native_row, runtime_for
-from unirl.rewards import Sample
+from unirl.rewards.contract import Sample
 
 ENV_NAME = "unirl"
 ACTOR_FQN = "unirl.adapters.nemo_rl.UnirlEnvironmentActor"

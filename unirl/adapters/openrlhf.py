@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from unirl.adapters.common import native_row, runtime_for
-from unirl.rewards import Sample
+from unirl.rewards.contract import Sample
 
 # End-of-sequence texts of common chat models, stripped from the end of a decoded query. The plan may set
 # $UNIRL_END_TEXTS (one per line) to the model's own special tokens.

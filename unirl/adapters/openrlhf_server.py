@@ -57,7 +57,7 @@ from typing import Any
 from unirl.adapters.common import SPEC_ENV
 from unirl.adapters.openrlhf import ABORT_EXIT_CODE, score_queries
 from unirl.adapters.openrlhf_requests import RequestError, parse_batch
-from unirl.reward_executor import RewardAbort, RewardRuntimeError
+from unirl.rewards.executor import RewardAbort, RewardRuntimeError
 
 SECRET_ENV = "UNIRL_REWARD_SECRET"
 SECRET_FILE_ENV = "UNIRL_REWARD_SECRET_FILE"

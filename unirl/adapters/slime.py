@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from unirl.adapters.common import native_row, runtime_for
-from unirl.rewards import Sample
+from unirl.rewards.contract import Sample
 
 TRUNCATED_STATUS = "truncated"  # slime.utils.types.Sample.Status.TRUNCATED.value
 

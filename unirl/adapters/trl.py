@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from unirl.adapters.common import trajectory_record
-from unirl.reward_executor import RewardExecutor, error_metrics
-from unirl.rewards import Sample
+from unirl.rewards.contract import Sample
+from unirl.rewards.executor import RewardExecutor, error_metrics
 
 
 def text_of(value: Any) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from unirl.adapters.common import native_row, runtime_for
-from unirl.rewards import Sample
+from unirl.rewards.contract import Sample
 
 # Keys verl's reward-loop manager adds to extra_info before the call (naive.py:44-52): not the user's data.
 VERL_ADDED_KEYS = frozenset({"num_turns", "rollout_reward_scores", "tool_extra_fields"})

@@ -1,0 +1,130 @@
+"""``unirl diff A B``: one recipe on two backends, side by side.
+
+Each recipe field with the native key and value it becomes on each side; the backend's own default
+for that key where the two backends' defaults differ (what a hand-written port would silently get);
+what one backend supports and the other refuses; and the capabilities that differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from unirl.backend.contract import translate
+from unirl.backend.plan import MappedField
+from unirl.errors import RecipeInvalid, UnirlError
+from unirl.recipe.schema import Recipe
+
+
+@dataclass
+class Side:
+    framework: str
+    version: str | None
+    rows: list[MappedField]
+    refused: list[str] = field(default_factory=list)
+    """Problems the backend has with this recipe (field, value, what it supports)."""
+    command: list[str] = field(default_factory=list)
+
+
+def translate_side(host: Any, recipe: Recipe, name: str) -> Side:
+    """The backend's plan, or (when it refuses the recipe) its mapping rows and every refusal."""
+    framework = host.frameworks.get(name)
+    recipe_for = _with_framework(recipe, name, framework.options)
+    try:
+        plan = framework.plan(recipe_for)
+        return Side(name, plan.target_version or plan.framework_version, plan.mapping, command=plan.command)
+    except RecipeInvalid as exc:
+        version = framework.capabilities.tested_version or "0"
+        rows, _, _ = translate(recipe_for, framework.mapping, name, version)
+        return Side(name, version, rows, refused=[str(p) for p in exc.problems])
+
+
+def _with_framework(recipe: Recipe, name: str, options: dict[str, Any]) -> Recipe:
+    """The recipe with this backend's own options (native overrides belong to one backend, so none carry over)."""
+    from dataclasses import replace
+
+    return replace(recipe, framework={**options, "name": name})
+
+
+def diff(host: Any, recipe: Recipe, left: str, right: str) -> dict[str, Any]:
+    a, b = translate_side(host, recipe, left), translate_side(host, recipe, right)
+    fields: list[str] = []
+    for row in [*a.rows, *b.rows]:
+        if row.recipe_field not in fields:
+            fields.append(row.recipe_field)
+    table = []
+    for name in fields:
+        ra = [r for r in a.rows if r.recipe_field == name]
+        rb = [r for r in b.rows if r.recipe_field == name]
+        defaults_a = {r.native_key: r.native_default for r in ra}
+        defaults_b = {r.native_key: r.native_default for r in rb}
+        table.append({
+            "recipe_field": name,
+            "value": _recipe_value(recipe, name),
+            left: [{"key": r.native_key, "value": r.value, "default": r.native_default, "note": r.note} for r in ra],
+            right: [{"key": r.native_key, "value": r.value, "default": r.native_default, "note": r.note} for r in rb],
+            "only_in": left if ra and not rb else right if rb and not ra else None,
+            "defaults_differ": bool(ra and rb) and _normalised(defaults_a) != _normalised(defaults_b),
+        })
+    caps_a, caps_b = asdict(host.frameworks.get(left).capabilities), asdict(host.frameworks.get(right).capabilities)
+    capabilities = {k: {left: caps_a[k], right: caps_b[k]} for k in caps_a if caps_a[k] != caps_b.get(k)}
+    return {"left": asdict(a), "right": asdict(b), "fields": table, "capabilities": capabilities}
+
+
+def _normalised(defaults: dict[str, Any]) -> list[str]:
+    return sorted(str(v) for v in defaults.values())
+
+
+def _recipe_value(recipe: Recipe, dotted: str) -> Any:
+    if dotted.startswith("framework.overrides.") or dotted == "rewards":
+        return None
+    obj: Any = recipe
+    for part in dotted.replace("[]", "").split("."):
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, str | int | float | bool | type(None)) else str(obj)
+
+
+def print_diff(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from unirl.cli.report import console
+
+    left, right = result["left"]["framework"], result["right"]["framework"]
+    out = console()
+
+    def cell(entries: list[dict[str, Any]]) -> str:
+        if not entries:
+            return "-"
+        return "\n".join(f"{e['key']}={_short(e['value'])}" for e in entries)
+
+    def default_cell(entries: list[dict[str, Any]]) -> str:
+        return "\n".join(_short(e["default"]) for e in entries) or "-"
+
+    table = Table("recipe field", "recipe value", f"{left} key = value", f"{left} default",
+                  f"{right} key = value", f"{right} default", title=f"one recipe: {left} vs {right}")
+    for row in result["fields"]:
+        mark = " *" if row["defaults_differ"] else ""
+        table.add_row(row["recipe_field"] + mark, _short(row["value"]), cell(row[left]), default_cell(row[left]),
+                      cell(row[right]), default_cell(row[right]))
+    out.print(table)
+    out.print("* the two backends' own defaults differ here (unirl sets the key on both)")
+    for side in ("left", "right"):
+        refused = result[side]["refused"]
+        for problem in refused:
+            out.print(f"{result[side]['framework']} refuses: {problem}")
+    for key, values in result["capabilities"].items():
+        out.print(f"capability {key}: {left}={_short(values[left])} | {right}={_short(values[right])}")
+
+
+def _short(value: Any, width: int = 48) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def check_names(host: Any, names: list[str]) -> None:
+    if len(names) != 2:
+        raise UnirlError("usage: unirl diff FRAMEWORK_A FRAMEWORK_B [--json] [OVERRIDE ...]")
+    for name in names:
+        host.frameworks.entry(name)

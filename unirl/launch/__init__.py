@@ -1,0 +1,3 @@
+"""Launching a plan and owning its run directory: the scheduler protocol and job records, the run lock, resume,
+and sweeps.
+"""

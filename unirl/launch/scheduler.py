@@ -1,0 +1,120 @@
+"""What a scheduler plugin provides: launch a plan somewhere, follow it, stop it, and record the job.
+
+Every scheduler writes ``job.json`` in the run directory (:func:`write_job_record`): which scheduler, the job id,
+what was submitted (command, script or entrypoint), the state as it changes, and how it ended. ``unirl stop
+<run_dir>`` reads it and asks the same scheduler to stop that job: never for a job in a terminal state (its pid or
+job id may belong to someone else by then, :func:`stoppable_record`), and each scheduler checks that the id it is
+given is its own kind and the run's (a local pid with the recorded start time, a Ray job with this run directory in
+its metadata, a Slurm job running in this run directory).
+
+Optional: ``active(record) -> bool | None`` (is a job submitted with ``wait=false`` still queued or running; None
+when the scheduler cannot tell), which keeps other writers out of a directory such a job writes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from unirl.backend.plan import LaunchPlan
+from unirl.errors import UnirlError
+from unirl.record.layout import SUMMARY, write_json
+
+JOB_RECORD = "job.json"
+BACKEND_LOG = "backend.log"
+"""The backend's output as the scheduler saw it (what a failure's log tail comes from)."""
+# completed: exit 0; failed: non-zero exit or killed by a signal; cancelled: stopped by the scheduler (scancel,
+# ray job stop, unirl stop); interrupted: Ctrl-C in unirl; submitted: handed over without waiting (wait=false).
+STATES = ("submitted", "running", "completed", "failed", "cancelled", "interrupted")
+TERMINAL = ("completed", "failed", "cancelled", "interrupted")
+"""States after which the job's process or cluster job is gone: ``unirl stop`` refuses them."""
+
+
+@dataclass
+class JobResult:
+    state: str
+    exit_code: int
+    job_id: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    log_tail: str = ""
+    error: str = ""
+    """Why the job did not complete, in words (signal, scheduler message); empty when it completed."""
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    name: str
+    description: str
+    options: dict[str, Any]
+
+    def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
+        """Launch the plan, follow it to the end (unless ``options["wait"]`` is false), return its state."""
+
+    def stop(self, record: dict[str, Any]) -> str:
+        """Stop the job a ``job.json`` record describes; returns what happened, in words."""
+
+
+def write_job_record(run_dir: Path, scheduler: str, job_id: str, state: str, submitted: dict[str, Any],
+                     **extra: Any) -> dict[str, Any]:
+    """Create or update ``job.json`` (atomically); earlier fields are kept, ``history`` gains the new state."""
+    path = run_dir / JOB_RECORD
+    record = read_job_record(run_dir) or {"scheduler": scheduler, "job_id": job_id, "submitted": submitted,
+                                          "history": []}
+    record.update({"scheduler": scheduler, "job_id": job_id, "state": state, **extra})
+    if submitted:
+        record["submitted"] = submitted
+    if not record["history"] or record["history"][-1]["state"] != state:
+        record["history"].append({"state": state, "time": time.time()})
+    write_json(path, record)
+    return record
+
+
+def read_job_record(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / JOB_RECORD
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def stoppable_record(run_dir: Path) -> dict[str, Any]:
+    """The job record ``unirl stop`` acts on, or a UnirlError saying why there is nothing to stop.
+
+    A record that does not parse, names no scheduler or job, or is in a terminal state is refused here, before any
+    scheduler is asked to signal anything: a pid or job id from a run that ended may belong to someone else now."""
+    path = run_dir / JOB_RECORD
+    if not path.exists():
+        raise UnirlError(f"{run_dir} has no job.json: it is not a unirl run directory, or nothing was submitted")
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UnirlError(f"{path} does not parse ({exc}): nothing was stopped") from None
+    if not isinstance(record, dict) or not isinstance(record.get("scheduler"), str) or "job_id" not in record:
+        raise UnirlError(f"{path} names no scheduler and job id: nothing was stopped")
+    state = record.get("state")
+    if state in TERMINAL:
+        ended = next((h.get("time") for h in reversed(record.get("history") or [])
+                      if isinstance(h, dict) and h.get("state") == state), None)
+        when = f" at {datetime.fromtimestamp(ended).isoformat(timespec='seconds')}" if isinstance(ended, int | float) \
+            else ""
+        raise UnirlError(f"the run in {run_dir} already ended ({state}{when}): there is nothing to stop, and its "
+                         f"{record['scheduler']} job id {record.get('job_id')!r} may belong to another job by now, so "
+                         "nothing was signalled")
+    return record
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """The backend's ``summary.json`` when it wrote one (unirl's TRL runner does; native backends do not)."""
+    path = run_dir / SUMMARY
+    try:
+        return json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def finish(run_dir: Path, scheduler: str, result: JobResult) -> JobResult:
+    """Record how the job ended (state, exit code, error, the log tail of a failure) and return it."""
+    write_job_record(run_dir, scheduler, result.job_id, result.state, {}, exit_code=result.exit_code,
+                     error=result.error, log_tail=result.log_tail[-4000:] if result.state != "completed" else "")
+    return result

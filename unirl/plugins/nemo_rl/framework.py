@@ -1,0 +1,451 @@
+"""NeMo RL 0.7 as a unirl backend: capabilities, the recipe -> Hydra-override mapping table, plan, validate.
+
+NeMo RL runs ``examples/run_grpo.py --config examples/configs/grpo_math_1B.yaml <overrides>`` from its repository
+(``/opt/nemo-rl`` in its image). That script never registers a custom environment, so unirl launches it through
+its own launcher, ``python -m unirl.plugins.nemo_rl.launch``, which registers the ``unirl`` reward environment in the
+same
+process and then runs the script unchanged.
+
+Batch semantics are NeMo RL's, converted honestly: ``grpo.num_prompts_per_step`` counts prompts, while
+``policy.train_global_batch_size`` counts *sequences* (rollouts) per optimizer step, so
+``prompts x samples / mini_batches`` of them give ``mini_batches_per_step`` updates per GRPO step
+(nemo_rl/models/policy/workers/dtensor_policy_worker_v2.py:401-410 @ v0.7.0). ``policy.train_micro_batch_size`` is
+per GPU; with sequence packing on (the base config's default) it sets the token budget of a packed micro-batch
+(``max_total_sequence_length x train_micro_batch_size``) rather than a sequence count.
+
+Versions: NeMo RL is not on the package index, so its version cannot be read from an interpreter; unirl translates
+for ``framework.version`` or the tested 0.7.0. Older releases are refused, not half-translated: up to 0.5 the data
+section was flat (``data.dataset_name``, ``data.prompt_file``) and the entry point was ``examples/run_grpo_math.py``
+(removed by NVIDIA-NeMo/RL 4b4824887f52); 0.6 has today's ``data.train``/``data.default`` layout but a different
+key set in ``grpo``/``loss_fn``, which this plugin's schema does not describe.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from unirl.backend.contract import OMIT, Capabilities, Mapping
+from unirl.backend.hydra_overrides import to_overrides
+from unirl.backend.native import NativeFramework, model_location
+from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan
+from unirl.data.builtin.tiny_model import SHAPES
+from unirl.errors import FieldError
+from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
+
+NAME = "nemo_rl"
+CAPABILITIES = Capabilities(
+    native_algorithms=("GRPO", "DAPO", "GSPO", "CISPO", "GDPO", "REINFORCE++", "RLOO", "PPO (critic)", "DPO",
+                       "SFT", "reward modelling", "on-policy distillation"),
+    algorithms=("grpo",),
+    rollout_engines=("vllm",),
+    placement=("colocated (policy.generation.colocated.enabled=true)",
+               "disaggregated (colocated.enabled=false with colocated.resources.*)"),
+    modes=("sync", "async (grpo.async_grpo: non-colocated async vLLM, importance-sampling correction)"),
+    training_backends=("DTensor/FSDP2 (NeMo Automodel)", "Megatron-Core (Megatron-Bridge)"),
+    multi_node="Ray cluster: cluster.num_nodes x cluster.gpus_per_node (ray.sub on Slurm, or KubeRay)",
+    custom_reward="an EnvironmentInterface Ray actor registered in ENV_REGISTRY and ACTOR_ENVIRONMENT_REGISTRY "
+                  "by a launcher in the driver (unirl.plugins.nemo_rl.launch)",
+    runs_on_cpu=False,
+    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
+    loss_aggregations=("token_mean", "seq_mean_token_mean"),
+    needs_gpu=True,
+    distribution=None,  # "nemo-rl" on PyPI is an empty 0.0.0 placeholder
+    tested_version="0.7.0",
+    install="docker pull nvcr.io/nvidia/nemo-rl:v0.7.0 (the repository is at /opt/nemo-rl inside), or "
+            "git clone --recursive -b v0.7.0 https://github.com/NVIDIA-NeMo/RL and uv sync (Python 3.13)",
+    image="nvcr.io/nvidia/nemo-rl:v0.7.0",
+)
+SUPPORTED_VERSIONS = ">=0.7,<0.8"
+
+DEFAULT_REPO = "/opt/nemo-rl"  # where the NeMo RL image keeps its checkout (docker/Dockerfile:112 @ v0.7.0)
+BASE_CONFIG = "examples/configs/grpo_math_1B.yaml"
+LAUNCH_MODULE = "unirl.plugins.nemo_rl.launch"
+ENV_NAME = "unirl"  # unirl.adapters.nemo_rl.ENV_NAME; not imported: that module imports nemo_rl
+TRAIN_FILE = f"{RUN_DIR}/data/train.jsonl"
+EVAL_FILE = f"{RUN_DIR}/data/eval.jsonl"
+PROMPT_BUDGET_TOKENS = 512  # the base config's whole max_total_sequence_length
+VAL_BATCH_SIZE = 256  # grpo.val_batch_size in the base config
+EVERY_VALIDATION_ROW = 10**9  # validate() stops at the end of its loader (no drop_last, grpo.py:410-416 @ v0.7.0)
+
+P = "policy"
+G = "policy.generation"
+KL_TYPE = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
+TOKEN_LEVEL_LOSS = {"token_mean": True, "seq_mean_token_mean": False}
+SCHEDULER = "torch.optim.lr_scheduler."
+
+
+# --- conversions used by the table -------------------------------------------------------------------------
+
+
+def option(r: Recipe, name: str) -> Any:
+    """A plugin option from ``framework.*``, else its default (recipes built in code may omit them)."""
+    return r.framework.get(name, NemoRlFramework.extra_options[name])
+
+
+def total_sequence_length(r: Recipe) -> int:
+    """Prompt plus completion, in tokens: the option, else a builtin model's whole context, else 512 + completion."""
+    explicit = option(r, "max_total_sequence_length")
+    if explicit:
+        return int(explicit)
+    if r.model.path.startswith(BUILTIN_PREFIX):
+        shape = SHAPES.get(r.model.path[len(BUILTIN_PREFIX):], {})
+        if "max_position_embeddings" in shape:
+            return int(shape["max_position_embeddings"])  # vLLM refuses a max_model_len beyond the model's
+    return PROMPT_BUDGET_TOKENS + r.algorithm.max_new_tokens
+
+
+def generation_gpus_per_node(r: Recipe) -> int | None:
+    """GPUs vLLM gets on each generation node when it is not colocated (None when it is)."""
+    if r.rollout.colocated:
+        return None
+    if r.resources.nodes > 1:
+        return r.resources.gpus_per_node  # NeMo RL gives generation whole nodes there (grpo.py:652-660)
+    return int(option(r, "generation_gpus_per_node") or r.rollout.tensor_parallel)
+
+
+def generation_nodes(r: Recipe) -> int | None:
+    if r.rollout.colocated or r.resources.nodes == 1:
+        return None
+    return int(option(r, "generation_nodes") or 1)
+
+
+def training_gpus(r: Recipe) -> int:
+    nodes, per_node = r.resources.nodes, r.resources.gpus_per_node
+    if r.rollout.colocated:
+        return nodes * per_node
+    if nodes == 1:
+        return per_node - (generation_gpus_per_node(r) or 0)
+    return (nodes - (generation_nodes(r) or 0)) * per_node
+
+
+def global_batch(r: Recipe) -> int:
+    """Sequences per optimizer step: one mini-batch of the step's completions."""
+    return r.completions_per_step // r.algorithm.mini_batches_per_step
+
+
+def micro_batch(r: Recipe) -> int:
+    """Sequences per GPU per forward/backward: the recipe's, else one training GPU's share of a mini-batch."""
+    return r.algorithm.micro_batch_size or max(1, global_batch(r) // max(1, training_gpus(r)))
+
+
+def warmup_steps(r: Recipe) -> int:
+    """The warm-up in GRPO steps: NeMo RL steps its scheduler once per GRPO step, not per optimizer update."""
+    return r.algorithm.warmup_steps // r.algorithm.mini_batches_per_step
+
+
+def lr_scheduler(r: Recipe) -> list[dict[str, Any]]:
+    """``policy.scheduler`` in NeMo RL's list form: schedulers then one ``milestones`` entry (SequentialLR).
+
+    The milestones entry is always present: a list without one leaves ``milestones`` unbound
+    (nemo_rl/models/automodel/setup.py:829-846 @ v0.7.0)."""
+    warmup = warmup_steps(r)
+    decay_steps = max(1, r.algorithm.steps - warmup)
+    main: dict[str, Any] = {
+        "constant": {"name": SCHEDULER + "ConstantLR", "kwargs": {"factor": 1.0, "total_iters": 1}},
+        "linear": {"name": SCHEDULER + "LinearLR",
+                   "kwargs": {"start_factor": 1.0, "end_factor": 0.0, "total_iters": decay_steps}},
+        "cosine": {"name": SCHEDULER + "CosineAnnealingLR", "kwargs": {"T_max": decay_steps, "eta_min": 0.0}},
+    }[r.algorithm.lr_schedule]
+    if not warmup:
+        return [main, {"milestones": []}]
+    # torch's LinearLR cannot start at 0: the first step runs at lr / (warmup + 1)
+    ramp = {"name": SCHEDULER + "LinearLR",
+            "kwargs": {"start_factor": 1.0 / (warmup + 1), "end_factor": 1.0, "total_iters": warmup}}
+    return [ramp, main, {"milestones": [warmup]}]
+
+
+def max_val_samples(r: Recipe) -> int:
+    """Held-out prompts per validation: every exported row (validate() runs max_val_samples // val_batch_size
+    batches, grpo.py:3164-3170 @ v0.7.0)."""
+    rows = r.data.eval_rows
+    return math.ceil(rows / VAL_BATCH_SIZE) * VAL_BATCH_SIZE if rows else EVERY_VALIDATION_ROW
+
+
+def validation_dataset(r: Recipe) -> Any:
+    if not r.data.eval:
+        return OMIT
+    return {"dataset_name": "ResponseDataset", "data_path": EVAL_FILE, "input_key": "input", "output_key": "output"}
+
+
+def _hub_model(r: Recipe) -> bool:
+    return not r.model.path.startswith(BUILTIN_PREFIX) and not is_local_path(r.model.path)
+
+
+# --- the mapping table ----------------------------------------------------------------------------------------
+
+MAPPING: tuple[Mapping, ...] = (
+    # algorithm and batch shape
+    Mapping("algorithm.name", "grpo.adv_estimator.name", lambda r: "grpo", native_default="grpo"),
+    Mapping("algorithm.steps", "grpo.max_num_steps", lambda r: r.algorithm.steps,
+            "the exported train file holds exactly steps x prompts_per_step prompts", native_default=1000000),
+    Mapping("algorithm.steps", "grpo.max_num_epochs", lambda r: 1, "one pass over the exported prompts",
+            native_default=1),
+    Mapping("algorithm.prompts_per_step", "grpo.num_prompts_per_step", lambda r: r.algorithm.prompts_per_step,
+            "NeMo RL counts prompts per step (the dataloader's batch, drop_last=True)", native_default=32),
+    Mapping("algorithm.samples_per_prompt", "grpo.num_generations_per_prompt",
+            lambda r: r.algorithm.samples_per_prompt, native_default=16),
+    Mapping("algorithm.mini_batches_per_step", f"{P}.train_global_batch_size", global_batch,
+            "counts sequences per optimizer step: prompts x samples / mini_batches_per_step", native_default=512),
+    Mapping("algorithm.micro_batch_size", f"{P}.train_micro_batch_size", micro_batch,
+            "sequences per GPU per pass (null: one training GPU's share of a mini-batch); with sequence packing "
+            "it sets the packed token budget, x max_total_sequence_length", native_default=4),
+    Mapping("algorithm.epochs_per_batch", "(one pass per step)", lambda r: 1,
+            supported=lambda r: r.algorithm.epochs_per_batch == 1,
+            supported_text="epochs_per_batch=1 only: GRPO in NeMo RL trains once on each step's rollouts "
+                           "(no PPO epochs key)"),
+    # optimizer
+    Mapping("algorithm.lr", f"{P}.optimizer.kwargs.lr", lambda r: r.algorithm.lr, native_default=5e-06),
+    Mapping("algorithm.lr_schedule", f"{P}.scheduler", lr_scheduler,
+            "torch schedulers chained by SequentialLR, stepped once per GRPO step (a step's optimizer updates "
+            "share its learning rate)", native_default="LinearLR warm-up over 50 steps, then constant"),
+    Mapping("algorithm.warmup_steps", "(policy.scheduler warm-up, GRPO steps)", warmup_steps,
+            "optimizer updates / mini_batches_per_step",
+            supported=lambda r: r.algorithm.warmup_steps % r.algorithm.mini_batches_per_step == 0,
+            supported_text="warmup_steps divisible by mini_batches_per_step: NeMo RL steps its scheduler once "
+                           "per GRPO step (dtensor_policy_worker_v2.py:555-557), so warm-up is whole steps"),
+    Mapping("algorithm.weight_decay", f"{P}.optimizer.kwargs.weight_decay", lambda r: r.algorithm.weight_decay,
+            native_default=0.01),
+    Mapping("algorithm.max_grad_norm", f"{P}.max_grad_norm", lambda r: r.algorithm.max_grad_norm or None,
+            "0 becomes null: NeMo RL skips clipping on null, while a norm of 0 would zero every gradient",
+            native_default=1.0),
+    # loss
+    Mapping("algorithm.kl_coef", "loss_fn.reference_policy_kl_penalty", lambda r: r.algorithm.kl_coef,
+            native_default=0.01),
+    Mapping("algorithm.kl_coef", "+grpo.skip_reference_policy_logprobs_calculation",
+            lambda r: r.algorithm.kl_coef == 0, "no KL term: the reference policy's log-probs are not computed "
+            "(grpo.py:439-444)", native_default=False),
+    Mapping("algorithm.kl_estimator", "loss_fn.reference_policy_kl_type", lambda r: KL_TYPE[r.algorithm.kl_estimator],
+            "low_var_kl is k3; NeMo RL clamps it like verl (kl_output_clamp_value=10)", native_default="k3"),
+    Mapping("algorithm.clip_low", "loss_fn.ratio_clip_min", lambda r: r.algorithm.clip_low, native_default=0.2),
+    Mapping("algorithm.clip_high", "loss_fn.ratio_clip_max", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
+            native_default=0.2),
+    Mapping("algorithm.loss_aggregation", "loss_fn.token_level_loss",
+            lambda r: TOKEN_LEVEL_LOSS[r.algorithm.loss_aggregation],
+            "true: mean over the global batch's tokens; false: token mean per sequence, then over sequences",
+            supported=lambda r: r.algorithm.loss_aggregation in TOKEN_LEVEL_LOSS,
+            supported_text="token_mean (token_level_loss=true) and seq_mean_token_mean (token_level_loss=false); "
+                           "NeMo RL has no sum-per-sequence / max-length normalisation (Dr. GRPO)",
+            native_default=True),
+    Mapping("algorithm.entropy_coef", "(no entropy bonus)", lambda r: 0.0,
+            supported=lambda r: r.algorithm.entropy_coef == 0,
+            supported_text="entropy_coef=0 only: ClippedPGLossFn has no entropy term (it logs approx_entropy)"),
+    # advantages: standard GRPO = group mean baseline (NeMo RL defaults to leave-one-out), optionally / group std
+    Mapping("algorithm.advantage_norm", "grpo.normalize_rewards", lambda r: r.algorithm.advantage_norm == "group",
+            supported=lambda r: r.algorithm.advantage_norm in ("group", "none"),
+            supported_text="group (divide by the group's reward std) or none; NeMo RL's GRPO estimator has no "
+                           "batch-level normalisation", native_default=True),
+    Mapping("algorithm.advantage_norm", "grpo.adv_estimator.normalize_rewards",
+            lambda r: r.algorithm.advantage_norm == "group",
+            "the estimator reads grpo.adv_estimator.* (grpo.py:1791-1801); set with the top-level key",
+            native_default="${grpo.normalize_rewards}"),
+    Mapping("algorithm.advantage_norm", "grpo.use_leave_one_out_baseline", lambda r: False,
+            "GRPO's baseline is the group mean including the sample itself; NeMo RL defaults to leave-one-out",
+            native_default=True),
+    Mapping("algorithm.advantage_norm", "grpo.adv_estimator.use_leave_one_out_baseline", lambda r: False,
+            native_default="${grpo.use_leave_one_out_baseline}"),
+    # generation
+    Mapping("algorithm.temperature", f"{G}.temperature", lambda r: r.algorithm.temperature, native_default=1.0),
+    Mapping("algorithm.top_p", f"{G}.top_p", lambda r: r.algorithm.top_p, native_default=1.0),
+    Mapping("algorithm.max_new_tokens", f"{G}.max_new_tokens", lambda r: r.algorithm.max_new_tokens,
+            native_default="${policy.max_total_sequence_length}"),
+    Mapping("algorithm.max_new_tokens", f"{P}.max_total_sequence_length", total_sequence_length,
+            "prompt + completion; also vLLM's max_model_len and the prompt limit data.max_input_seq_length "
+            "(interpolated); framework.max_total_sequence_length sets it", native_default=512),
+    Mapping("rollout.engine", f"{G}.backend", lambda r: "vllm", native_default="vllm"),
+    Mapping("rollout.tensor_parallel", f"{G}.vllm_cfg.tensor_parallel_size", lambda r: r.rollout.tensor_parallel,
+            native_default=1),
+    Mapping("rollout.gpu_memory_fraction", f"{G}.vllm_cfg.gpu_memory_utilization",
+            lambda r: r.rollout.gpu_memory_fraction, native_default=0.6),
+    Mapping("rollout.colocated", f"{G}.colocated.enabled", lambda r: r.rollout.colocated, native_default=True),
+    Mapping("rollout.colocated", f"{G}.colocated.resources.gpus_per_node",
+            lambda r: OMIT if r.rollout.colocated else generation_gpus_per_node(r),
+            "vLLM's own GPUs per node: framework.generation_gpus_per_node, else rollout.tensor_parallel "
+            "(whole nodes on several nodes)", native_default=None),
+    Mapping("rollout.colocated", f"{G}.colocated.resources.num_nodes",
+            lambda r: OMIT if generation_nodes(r) is None else generation_nodes(r),
+            "nodes given to vLLM on a multi-node run: framework.generation_nodes, else 1", native_default=None),
+    # data: the exported JSONL through NeMo RL's ResponseDataset and math_hf_data_processor
+    Mapping("data.train", "data.train.dataset_name", lambda r: "ResponseDataset", native_default="OpenMathInstruct-2"),
+    Mapping("data.train", "+data.train.data_path", lambda r: TRAIN_FILE, "exported by unirl in NeMo RL's row format"),
+    Mapping("data.train", "+data.train.input_key", lambda r: "input"),
+    Mapping("data.train", "+data.train.output_key", lambda r: "output"),
+    Mapping("data.train", "data.train.split_validation_size", lambda r: 0.0,
+            "no 5% of the training prompts is held back: held-out data is data.eval", native_default=0.05),
+    Mapping("data.train", "data.shuffle", lambda r: False, "the exported order is already the seeded order",
+            native_default=True),
+    Mapping("data.eval", "data.validation", validation_dataset, "the exported held-out file, if any",
+            native_default=None),
+    Mapping("data.prompt_template", "data.default.prompt_file", lambda r: None,
+            "unirl renders the prompt; NeMo RL's chain-of-thought template would wrap it again",
+            native_default="examples/prompts/cot.txt"),
+    Mapping("data.chat_template", "data.default.processor", lambda r: "math_hf_data_processor",
+            supported=lambda r: r.data.chat_template,
+            supported_text="data.chat_template=true only: math_hf_data_processor always renders the prompt with "
+                           "the tokenizer's chat template (nemo_rl/data/processors.py:408-413)",
+            native_default="math_hf_data_processor"),
+    Mapping("data.max_prompt_tokens", "(data.max_input_seq_length)", lambda r: None,
+            supported=lambda r: r.data.max_prompt_tokens is None,
+            supported_text="null only: NeMo RL does not cut long prompts from the left; a prompt reaching "
+                           "data.max_input_seq_length is cut to 4 tokens and masked out of the loss "
+                           "(processors.py:427-433); size framework.max_total_sequence_length instead"),
+    Mapping("rewards", "data.default.env_name", lambda r: ENV_NAME, "unirl's reward environment, registered by "
+            "unirl.plugins.nemo_rl.launch", native_default="math"),
+    Mapping("rewards", f"+env.{ENV_NAME}.unirl_spec", lambda r: f"{RUN_DIR}/reward_spec.json",
+            "the run's reward spec reaches the environment actor"),
+    Mapping("seed", "grpo.seed", lambda r: r.seed, native_default=42),
+    # model
+    Mapping("model.path", f"{P}.model_name", model_location, "the tokenizer follows (policy.tokenizer.name)",
+            native_default="Qwen/Qwen2.5-1.5B"),
+    Mapping("model.revision", "(no revision key)", lambda r: None,
+            supported=lambda r: r.model.revision is None or not _hub_model(r),
+            supported_text="model.revision=null for hub models: NeMo RL loads policy.model_name at the hub's "
+                           "default revision; download the revision and give its directory as model.path"),
+    Mapping("model.dtype", f"{P}.precision",
+            lambda r: OMIT if r.model.dtype == "auto" else r.model.dtype, "auto: NeMo RL's bfloat16 "
+            "(weights kept in float32 for the optimizer, automodel/setup.py:328-331)", native_default="bfloat16"),
+    Mapping("resources.gradient_checkpointing", f"{P}.dtensor_cfg.activation_checkpointing",
+            lambda r: r.resources.gradient_checkpointing, native_default=False),
+    # resources
+    Mapping("resources.nodes", "cluster.num_nodes", lambda r: r.resources.nodes, native_default=1),
+    Mapping("resources.gpus_per_node", "cluster.gpus_per_node", lambda r: r.resources.gpus_per_node,
+            native_default=1),
+    # held-out evaluation = NeMo RL's validation
+    Mapping("eval.every_steps", "grpo.val_period", lambda r: r.eval.every_steps if r.data.eval else 0,
+            "0: only before (eval.before_training) and after training", native_default=10),
+    Mapping("eval.before_training", "grpo.val_at_start", lambda r: bool(r.eval.before_training and r.data.eval),
+            native_default=False),
+    Mapping("data.eval", "grpo.val_at_end", lambda r: bool(r.data.eval), "unirl always evaluates at the end",
+            native_default=False),
+    Mapping("data.eval_rows", "grpo.max_val_samples", max_val_samples,
+            "every exported held-out prompt, rounded up to whole validation batches of 256", native_default=256),
+    Mapping("eval.greedy", "(validation sampling)", lambda r: False,
+            supported=lambda r: not (r.eval.greedy and r.data.eval),
+            supported_text="eval.greedy=false: NeMo RL 0.7 validates by sampling at policy.generation.temperature "
+                           "(validate() passes greedy=False, grpo.py:3186-3210)"),
+    # checkpoints and logs, all inside the run directory
+    Mapping("run.checkpoint_every", "checkpointing.save_period", lambda r: r.run.checkpoint_every or r.algorithm.steps,
+            "0: only the last step (NeMo RL always saves the last step; a period of 0 would divide by zero)",
+            native_default=10),
+    Mapping("run.checkpoint_every", "checkpointing.checkpoint_dir", lambda r: f"{RUN_DIR}/checkpoints",
+            native_default="results/grpo"),
+    Mapping("run.checkpoint_every", "checkpointing.metric_name", lambda r: None,
+            "null: keep the newest checkpoints, not the best by a validation metric", native_default="val:accuracy"),
+    Mapping("run.resume", "(checkpointing.checkpoint_dir)", lambda r: r.run.resume,
+            "NeMo RL resumes from the newest checkpoint in checkpoint_dir whenever there is one (grpo.py:320); "
+            "a new run directory has none"),
+    Mapping("run.name", "logger.wandb.name", lambda r: r.run.name, native_default="grpo-dev-logger"),
+    Mapping("logging.every_steps", "logger.log_dir", lambda r: f"{RUN_DIR}/logs",
+            "NeMo RL logs every step into a new exp_NNN folder here; unirl's cadence applies to its own records",
+            native_default="logs"),
+)
+
+
+class NemoRlFramework(NativeFramework):
+    name = NAME
+    description = "NeMo RL (NVIDIA): Ray single controller, DTensor/Megatron training, vLLM rollouts; GPU only"
+    capabilities = CAPABILITIES
+    mapping = MAPPING
+    plugin_package = "unirl.plugins.nemo_rl"
+    check_module = None  # NeMo RL needs Python 3.13 and GPUs: plans are checked against the key schema
+    supported_versions = SUPPORTED_VERSIONS
+    supported_versions_text = ("the data.train/data.default layout and examples/run_grpo.py this plugin's mapping and "
+                               "key schema are written for; a newer main checkout such as 7ea279a takes every key "
+                               "sent, so translate for it as 0.7.0")
+    extra_options: ClassVar[dict[str, Any]] = {
+        "repo": DEFAULT_REPO,
+        "base_config": BASE_CONFIG,
+        "max_total_sequence_length": None,
+        "generation_gpus_per_node": None,
+        "generation_nodes": None,
+    }
+
+    def plan(self, recipe: Recipe) -> LaunchPlan:
+        t = self.translation(recipe)
+        version, installed, rows, native = t.version, t.installed, t.rows, t.native
+        self.refuse(t.problems + _resource_problems(recipe))
+        extra = self.overrides(recipe)
+        rows += extra
+        native.update({row.native_key: row.value for row in extra})
+        repo, base_config = str(option(recipe, "repo")), str(option(recipe, "base_config"))
+        data = [DataExport("train", recipe.data.train, "nemo_rl_jsonl", TRAIN_FILE,
+                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
+        if recipe.data.eval:
+            data.append(DataExport("eval", recipe.data.eval, "nemo_rl_jsonl", EVAL_FILE))
+        notes = [
+            "launched through unirl.plugins.nemo_rl.launch, which registers the 'unirl' environment and then runs "
+            f"{repo}/examples/run_grpo.py unchanged, from {repo} (NeMo RL's prompt files are relative to it)",
+            "math_hf_data_processor renders every prompt with the model's chat template; a chat prompt must be one "
+            "user message, and the reference answer reaches the rewards as metadata['ground_truth']",
+            "ResponseDataset keeps only the input and output columns: rewards see no data_source or extra columns",
+            "prompts are exported in the seeded order unirl uses for every backend; NeMo RL's shuffle is off",
+            "advantages group completions by identical prompt tokens (torch.unique over the prompts): a prompt "
+            "drawn twice in one step forms one larger group",
+            "held-out evaluation is NeMo RL's validation: sampled completions, val:accuracy = mean total reward",
+        ]
+        if recipe.model.path.startswith(BUILTIN_PREFIX):
+            notes.append("the builtin model is written to {run_dir}/model at launch")
+        if base_config != BASE_CONFIG:
+            notes.append(f"framework.base_config={base_config}: the key schema describes {BASE_CONFIG} only, so "
+                         "the overrides are not checked against it")
+        command = ["python", "-m", LAUNCH_MODULE, "--repo", repo, "--config", base_config, *to_overrides(native)]
+        return self.build_plan(
+            recipe, version=version, installed=installed,
+            native_config={"base_config": base_config, "overrides": native}, rows=rows, command=command,
+            data=data, notes=notes,
+            files={"model/": "<the builtin model and tokenizer>"} if recipe.model.path.startswith(BUILTIN_PREFIX)
+            else None)
+
+    def schema_problems(self, plan: LaunchPlan) -> list[str]:
+        from unirl.plugins.nemo_rl.schema import cross_field_problems, key_problems, merged_config
+
+        if plan.native_config.get("base_config") != BASE_CONFIG:
+            return []
+        overrides = plan.native_config["overrides"]
+        problems = key_problems(overrides, plan.target_version or CAPABILITIES.tested_version)
+        if problems:
+            return problems  # the cross-field checks assume every key exists with its type
+        return cross_field_problems(merged_config(overrides))
+
+def _resource_problems(r: Recipe) -> list[FieldError]:
+    """What NeMo RL checks only once Ray is up: generation GPUs, the sequence budget, and batch splits."""
+    problems: list[FieldError] = []
+    if r.resources.gpus_per_node < 1:
+        return problems  # already refused by common_problems
+    if not r.rollout.colocated:
+        gen = generation_gpus_per_node(r) or 0
+        if r.resources.nodes == 1 and gen >= r.resources.gpus_per_node:
+            problems.append(FieldError(
+                "rollout.colocated", False,
+                f"non-colocated vLLM takes {gen} of the node's {r.resources.gpus_per_node} GPUs and leaves none "
+                "to train on (grpo.py:636-641); raise resources.gpus_per_node or lower "
+                "framework.generation_gpus_per_node"))
+        if r.resources.nodes > 1 and (generation_nodes(r) or 0) >= r.resources.nodes:
+            problems.append(FieldError(
+                "framework.generation_nodes", generation_nodes(r),
+                f"must leave at least one of the {r.resources.nodes} nodes to train on (grpo.py:662-665)"))
+    generation_world = (r.resources.nodes * r.resources.gpus_per_node if r.rollout.colocated
+                        else (generation_gpus_per_node(r) or 0) * (generation_nodes(r) or 1))
+    if generation_world and generation_world % r.rollout.tensor_parallel:
+        problems.append(FieldError(
+            "rollout.tensor_parallel", r.rollout.tensor_parallel,
+            f"must divide the {generation_world} GPUs vLLM runs on "
+            "(nemo_rl/models/generation/vllm/vllm_generation.py:108-114 @ v0.7.0)"))
+    if r.algorithm.max_new_tokens >= total_sequence_length(r):
+        problems.append(FieldError(
+            "algorithm.max_new_tokens", r.algorithm.max_new_tokens,
+            f"must be below policy.max_total_sequence_length={total_sequence_length(r)} (prompt + completion); "
+            "set framework.max_total_sequence_length"))
+    train = training_gpus(r)
+    if train > 0 and r.completions_per_step % r.algorithm.mini_batches_per_step == 0:
+        per_update = global_batch(r)
+        if per_update % train:
+            problems.append(FieldError(
+                "algorithm.mini_batches_per_step", r.algorithm.mini_batches_per_step,
+                f"each optimizer step's {per_update} sequences must split evenly over the {train} training GPUs "
+                "(nemo_rl/distributed/batched_data_dict.py:398-400)"))
+        elif r.algorithm.micro_batch_size and (per_update // train) % r.algorithm.micro_batch_size:
+            problems.append(FieldError(
+                "algorithm.micro_batch_size", r.algorithm.micro_batch_size,
+                f"must divide the {per_update // train} sequences each training GPU gets per optimizer step"))
+    return problems

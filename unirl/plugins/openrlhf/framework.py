@@ -1,0 +1,293 @@
+"""OpenRLHF 0.11 as a unirl backend: capabilities, the recipe -> dotted-flag mapping table, plan, validate.
+
+OpenRLHF is launched as ``python -m openrlhf.cli.train_ppo_ray <flags>``. Since 0.10.2 its flags are
+dotted (``--rollout.n_samples_per_prompt``); the flat names of earlier releases are errors there. Flags
+are rendered from the *installed* version's own parser (a schema snapshot per version, checked against
+the live parser by a test), always by their full names: argparse accepts prefixes, so an abbreviated or
+stale flag could silently mean another option.
+
+Batch semantics, converted honestly: ``--rollout.batch_size`` counts prompts per step,
+``--train.batch_size`` counts *completions* per optimizer update, ``--train.micro_batch_size`` and
+``--rollout.micro_batch_size`` count completions per GPU. OpenRLHF has no step count: it makes one pass
+(``--train.num_episodes 1``) over the exported prompt file, which holds exactly steps x prompts_per_step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, ClassVar
+
+from unirl.backend.contract import OMIT, Capabilities, Mapping
+from unirl.backend.native import NativeFramework, model_location
+from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan
+from unirl.errors import FieldError, UnirlError, Unsupported
+from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
+
+NAME = "openrlhf"
+CAPABILITIES = Capabilities(
+    native_algorithms=("PPO", "GRPO (group_norm)", "Dr. GRPO", "REINFORCE++", "REINFORCE++-baseline", "RLOO",
+                       "GSPO loss", "DPO/SFT/RM (other entry points)"),
+    algorithms=("grpo",),
+    rollout_engines=("vllm",),
+    placement=("colocated (--train.colocate_all, hybrid engine)", "disaggregated (vLLM engines on their own GPUs)"),
+    modes=("sync", "async (--train.async_enable)"),
+    training_backends=("DeepSpeed (ZeRO 1-3, AutoTP, ring attention)",),
+    multi_node="Ray cluster (ray start; ray job submit python -m openrlhf.cli.train_ppo_ray)",
+    custom_reward="--reward.remote_url: a .py file with reward_func(queries, prompts, labels) or an HTTP URL",
+    runs_on_cpu=False,
+    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
+    loss_aggregations=("token_mean", "seq_mean_token_mean"),
+    needs_gpu=True,
+    distribution="openrlhf",
+    tested_version="0.11.2",
+    install="pip install 'openrlhf[vllm]==0.11.2' (flash-attn and vLLM need CUDA) or the nvcr.io PyTorch image + pip",
+    image="nvcr.io/nvidia/pytorch:25.02-py3",
+)
+SUPPORTED_VERSIONS = ">=0.10.2,<0.12"
+REWARD_FILE = "openrlhf_reward.py"
+
+KL_ESTIMATOR = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
+LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
+# group: (r - group mean) / group std; none: r - group mean (Dr. GRPO); batch: r - group mean, whitened over the batch.
+ESTIMATOR = {"group": "group_norm", "none": "dr_grpo", "batch": "reinforce_baseline"}
+LR_SCHEDULE = {"constant": "constant", "linear": "linear", "cosine": "cosine_with_min_lr"}
+PARAM_DTYPE = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def total_gpus(r: Recipe) -> int:
+    return r.resources.nodes * r.resources.gpus_per_node
+
+
+def train_gpus_per_node(r: Recipe) -> int:
+    """Training GPUs per node: all of them when colocated, else what the rollout engines leave."""
+    return (total_gpus(r) - r.rollout_gpus) // r.resources.nodes
+
+
+def vllm_engines(r: Recipe) -> int:
+    gpus = total_gpus(r) if r.rollout.colocated else r.rollout_gpus
+    return gpus // r.rollout.tensor_parallel
+
+
+def micro_per_gpu(r: Recipe) -> int:
+    a = r.algorithm
+    return a.micro_batch_size or max(1, r.completions_per_step // a.mini_batches_per_step // r.world_size)
+
+
+def updates(r: Recipe) -> int:
+    """Optimizer updates in the whole run: OpenRLHF's scheduler horizon."""
+    return r.algorithm.steps * r.algorithm.mini_batches_per_step * r.algorithm.epochs_per_batch
+
+
+def flag_on(value: bool) -> Any:
+    """A store_true flag: sent bare when true, not sent when false (its default)."""
+    return True if value else OMIT
+
+
+MAPPING: tuple[Mapping, ...] = (
+    Mapping("algorithm.advantage_norm", "algo.advantage.estimator", lambda r: ESTIMATOR[r.algorithm.advantage_norm],
+            "group=group_norm (GRPO), none=dr_grpo, batch=reinforce_baseline", native_default="gae"),
+    Mapping("algorithm.samples_per_prompt", "rollout.n_samples_per_prompt", lambda r: r.algorithm.samples_per_prompt,
+            native_default=1),
+    Mapping("algorithm.prompts_per_step", "rollout.batch_size", lambda r: r.algorithm.prompts_per_step,
+            "prompts per step", native_default=1024),
+    Mapping("algorithm.mini_batches_per_step", "train.batch_size",
+            lambda r: r.completions_per_step // r.algorithm.mini_batches_per_step,
+            "completions per optimizer update", native_default=128),
+    Mapping("algorithm.micro_batch_size", "train.micro_batch_size", micro_per_gpu, "completions per GPU per pass",
+            native_default=1),
+    Mapping("algorithm.micro_batch_size", "rollout.micro_batch_size", micro_per_gpu,
+            "completions per GPU when computing log-probs", native_default=1),
+    Mapping("algorithm.steps", "train.num_episodes", lambda r: 1,
+            "one pass over the exported file of steps x prompts_per_step prompts", native_default=1),
+    Mapping("algorithm.steps", "data.max_samples", lambda r: r.algorithm.steps * r.algorithm.prompts_per_step,
+            native_default=100000000),
+    Mapping("algorithm.epochs_per_batch", "train.max_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
+    Mapping("algorithm.lr", "actor.adam.lr", lambda r: r.algorithm.lr, native_default=1e-6),
+    Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lambda r: LR_SCHEDULE[r.algorithm.lr_schedule],
+            native_default="cosine_with_min_lr"),
+    Mapping("algorithm.lr_schedule", "actor.min_lr_ratio", lambda r: 0.0,
+            "unirl's cosine decays to 0; OpenRLHF's stops at 10% by default", native_default=0.1),
+    Mapping("algorithm.warmup_steps", "actor.lr_warmup_ratio", lambda r: r.algorithm.warmup_steps / updates(r),
+            "a fraction of all optimizer updates", native_default=0.03),
+    Mapping("algorithm.weight_decay", "actor.adam.weight_decay", lambda r: r.algorithm.weight_decay,
+            native_default=0.0),
+    Mapping("algorithm.max_grad_norm", "actor.max_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
+    Mapping("algorithm.kl_coef", "algo.kl.init_coef", lambda r: r.algorithm.kl_coef,
+            "0 = no reference model", native_default=0.01),
+    Mapping("algorithm.kl_coef", "algo.kl.use_loss", lambda r: flag_on(r.algorithm.kl_coef > 0),
+            "KL as a loss term (GRPO's form), not in the reward", native_default=False),
+    Mapping("algorithm.kl_estimator", "algo.kl.estimator", lambda r: KL_ESTIMATOR[r.algorithm.kl_estimator],
+            native_default="k1"),
+    Mapping("algorithm.clip_high", "actor.eps_clip_low_high",
+            lambda r: [r.algorithm.clip_low, r.algorithm.clip_high or r.algorithm.clip_low], native_default=None),
+    Mapping("algorithm.loss_aggregation", "actor.loss_agg_mode",
+            lambda r: LOSS_AGG.get(r.algorithm.loss_aggregation, OMIT),
+            supported=lambda r: r.algorithm.loss_aggregation in LOSS_AGG,
+            supported_text="token_mean and seq_mean_token_mean (--actor.loss_agg_mode)", native_default="token-mean"),
+    Mapping("algorithm.entropy_coef", "actor.entropy_coef",
+            lambda r: r.algorithm.entropy_coef if r.algorithm.entropy_coef else OMIT, native_default=None),
+    Mapping("algorithm.temperature", "rollout.temperature", lambda r: r.algorithm.temperature, native_default=1.0),
+    Mapping("algorithm.top_p", "rollout.top_p", lambda r: r.algorithm.top_p, native_default=1.0),
+    Mapping("algorithm.max_new_tokens", "rollout.max_new_tokens", lambda r: r.algorithm.max_new_tokens,
+            native_default=None),
+    Mapping("data.max_prompt_tokens", "data.max_len",
+            lambda r: r.data.max_prompt_tokens + r.algorithm.max_new_tokens if r.data.max_prompt_tokens else OMIT,
+            "prompt + completion tokens; null: OpenRLHF's 2048", native_default=2048),
+    Mapping("data.train", "data.prompt_dataset", lambda r: f"{RUN_DIR}/data/train.jsonl",
+            "exported by unirl as JSONL {input, label, datasource}", native_default=None),
+    Mapping("data.prompt_key", "data.input_key", lambda r: "input", native_default="input"),
+    Mapping("data.answer_key", "data.label_key", lambda r: "label", native_default=None),
+    Mapping("data.chat_template", "data.apply_chat_template", lambda r: flag_on(r.data.chat_template),
+            native_default=False),
+    Mapping("data.eval", "eval.dataset", lambda r: f"{RUN_DIR}/data/eval.jsonl" if r.data.eval else OMIT,
+            native_default=None),
+    Mapping("eval.every_steps", "eval.steps",
+            lambda r: r.eval.every_steps if r.data.eval and r.eval.every_steps else OMIT, native_default=-1),
+    Mapping("eval.greedy", "eval.n_samples_per_prompt", lambda r: 1 if r.data.eval else OMIT, native_default=4),
+    Mapping("eval.greedy", "eval.temperature",
+            lambda r: (0.0 if r.eval.greedy else r.algorithm.temperature) if r.data.eval else OMIT,
+            "temperature 0 = greedy in vLLM", native_default=0.6),
+    Mapping("seed", "train.seed", lambda r: r.seed, native_default=42),
+    Mapping("model.path", "actor.model_name_or_path", model_location, native_default=None),
+    Mapping("model.dtype", "ds.param_dtype", lambda r: PARAM_DTYPE[r.model.dtype],
+            supported=lambda r: r.model.dtype in PARAM_DTYPE,
+            supported_text="bfloat16 and float16 (--ds.param_dtype bf16|fp16)", native_default="bf16"),
+    Mapping("resources.gradient_checkpointing", "actor.gradient_checkpointing_enable",
+            lambda r: flag_on(r.resources.gradient_checkpointing), native_default=False),
+    Mapping("rollout.tensor_parallel", "vllm.tensor_parallel_size", lambda r: r.rollout.tensor_parallel,
+            native_default=1),
+    Mapping("rollout.gpu_memory_fraction", "vllm.gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
+            native_default=0.95),
+    Mapping("rollout.colocated", "vllm.num_engines", vllm_engines,
+            "colocated: every GPU / TP; else rollout.gpus / TP", native_default=None),
+    Mapping("rollout.colocated", "train.colocate_all", lambda r: flag_on(r.rollout.colocated), native_default=False),
+    Mapping("rollout.colocated", "vllm.enable_sleep", lambda r: flag_on(r.rollout.colocated),
+            "colocated engines sleep while the actor trains", native_default=False),
+    Mapping("rollout.colocated", "ds.enable_sleep", lambda r: flag_on(r.rollout.colocated), native_default=False),
+    Mapping("rollout.colocated", "train.colocate_actor_ref", lambda r: flag_on(not r.rollout.colocated),
+            "the reference model shares the actor's GPUs", native_default=False),
+    Mapping("resources.nodes", "actor.num_nodes", lambda r: r.resources.nodes, native_default=1),
+    Mapping("resources.gpus_per_node", "actor.num_gpus_per_node", train_gpus_per_node,
+            "training GPUs per node (rollout-only GPUs excluded)", native_default=8),
+    Mapping("resources.nodes", "ref.num_nodes", lambda r: r.resources.nodes, native_default=1),
+    Mapping("resources.gpus_per_node", "ref.num_gpus_per_node", train_gpus_per_node, native_default=8),
+    Mapping("rewards", "reward.remote_url", lambda r: f"{RUN_DIR}/{REWARD_FILE}",
+            "generated at launch: unirl's reward_func, reading the run's reward spec", native_default=None),
+    Mapping("run.checkpoint_every", "ckpt.save_steps", lambda r: r.run.checkpoint_every or -1, native_default=-1),
+    Mapping("run.name", "ckpt.output_dir", lambda r: f"{RUN_DIR}/checkpoints", native_default="./ckpt"),
+    Mapping("run.name", "ckpt.path", lambda r: f"{RUN_DIR}/checkpoints/ppo_ray",
+            native_default="./ckpt/checkpoints_ppo_ray"),
+    Mapping("run.resume", "ckpt.load_enable", lambda r: flag_on(r.run.resume), native_default=False),
+    Mapping("logging.every_steps", "logger.logging_steps", lambda r: r.logging.every_steps, native_default=1),
+)
+
+
+@functools.cache
+def option_schema(version: str) -> dict[str, dict[str, Any]]:
+    """dest -> option, from the shipped snapshot of that version's parser."""
+    resource = files("unirl.plugins.openrlhf") / f"schema_{version}.json"
+    if not resource.is_file():
+        have = sorted(p.name for p in files("unirl.plugins.openrlhf").iterdir() if p.name.startswith("schema_"))
+        raise UnirlError(f"no parser snapshot for OpenRLHF {version} in unirl.plugins.openrlhf (have {have}); "
+                         "install it where framework.python points so unirl reads its parser")
+    options = json.loads(resource.read_text())["options"]
+    by_dest: dict[str, dict[str, Any]] = {}
+    for option in options:
+        by_dest.setdefault(option["dest"], option)  # a store_false twin (--no_x) shares the dest
+    return by_dest
+
+
+def render(flags: dict[str, Any], schema: dict[str, dict[str, Any]], version: str) -> list[str]:
+    """``{"rollout.batch_size": 8, "train.colocate_all": True}`` -> full-name argv, checked against the parser."""
+    argv: list[str] = []
+    for dest, value in flags.items():
+        option = schema.get(dest)
+        if option is None:
+            raise FieldError(f"framework.overrides.{dest}" if "." in dest else dest, value,
+                             f"OpenRLHF {version} has no option --{dest}")
+        if option["kind"] == "store_true":
+            if value is True:
+                argv.append(option["flag"])
+            elif value not in (False, None):
+                raise FieldError(dest, value, f"--{dest} is a switch in OpenRLHF {version}: true or false")
+            continue
+        if value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        argv += [option["flag"], *(_text(v) for v in values)]
+    return argv
+
+
+def _text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+class OpenRlhfFramework(NativeFramework):
+    name = NAME
+    description = "OpenRLHF: Ray + DeepSpeed training, vLLM rollouts; GPU only"
+    capabilities = CAPABILITIES
+    mapping = MAPPING
+    plugin_package = "unirl.plugins.openrlhf"
+    check_module = "unirl.plugins.openrlhf.native_check"
+    extra_options: ClassVar[dict[str, Any]] = {}
+    supported_versions = SUPPORTED_VERSIONS
+    supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"
+
+    def plan(self, recipe: Recipe) -> LaunchPlan:
+        t = self.translation(recipe)
+        version, installed, rows, flags = t.version, t.installed, t.rows, t.native
+        self.refuse(t.problems + _resource_problems(recipe))
+        extra = self.overrides(recipe)
+        rows += extra
+        flags.update({row.native_key: row.value for row in extra})
+        schema = option_schema(version)
+        argv = render(flags, schema, version)
+        data = [DataExport("train", recipe.data.train, "openrlhf_jsonl", f"{RUN_DIR}/data/train.jsonl",
+                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
+        if recipe.data.eval:
+            data.append(DataExport("eval", recipe.data.eval, "openrlhf_jsonl", f"{RUN_DIR}/data/eval.jsonl"))
+        notes = [
+            "OpenRLHF loads the reward file inside every vLLM engine actor and calls it once per sample",
+            "--ds.attn_implementation keeps OpenRLHF's flash_attention_2 default (needs flash-attn on the GPUs)",
+            "held-out evaluation is OpenRLHF's (--eval.dataset, pass@1), not unirl's greedy eval",
+        ]
+        return self.build_plan(
+            recipe, version=version, installed=installed, native_config={"flags": flags}, rows=rows,
+            command=["python", "-m", "openrlhf.cli.train_ppo_ray", *argv], data=data, notes=notes,
+            files={REWARD_FILE: "<unirl's reward_func module for --reward.remote_url, written at launch>",
+                   **({"model/": "<the builtin model and tokenizer>"}
+                      if recipe.model.path.startswith(BUILTIN_PREFIX) else {})})
+
+    def schema_problems(self, plan: LaunchPlan) -> list[str]:
+        """Without OpenRLHF installed: every flag exists with a valid value, and the Ray GPU demand fits."""
+        from unirl.plugins.openrlhf.resources import demand_problems
+
+        schema = option_schema(plan.target_version or CAPABILITIES.tested_version)
+        problems = []
+        for dest, value in plan.native_config["flags"].items():
+            option = schema.get(dest)
+            if option is None:
+                problems.append(f"--{dest}: not an option of OpenRLHF {plan.target_version}")
+            elif option["choices"] and value not in option["choices"]:
+                problems.append(f"--{dest}={value!r}: OpenRLHF allows {option['choices']}")
+        return problems + demand_problems(plan.native_config["flags"], plan.environment)
+
+    def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
+        from unirl.adapters.openrlhf import write_reward_file
+
+        write_reward_file(run_dir / REWARD_FILE, run_dir / "reward_spec.json")
+
+
+def _resource_problems(r: Recipe) -> list[FieldError]:
+    """What OpenRLHF would assert only after Ray started (train_ppo_ray.py:41-64), or hang on."""
+    problems: list[FieldError] = []
+    if total_gpus(r) and not r.rollout.colocated and (total_gpus(r) - r.rollout_gpus) % r.resources.nodes:
+        problems.append(Unsupported("rollout.gpus", r.rollout_gpus, NAME,
+                                    "a split that leaves every node the same number of training GPUs"))
+    if total_gpus(r) and vllm_engines(r) < 1:
+        problems.append(FieldError("rollout.tensor_parallel", r.rollout.tensor_parallel,
+                                   "at most the rollout GPUs: OpenRLHF needs at least one vLLM engine"))
+    return problems

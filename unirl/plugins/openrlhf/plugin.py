@@ -1,0 +1,12 @@
+"""Entry point ``unirl:openrlhf``: registers the OpenRLHF framework (OpenRLHF itself runs in its own environment)."""
+
+from __future__ import annotations
+
+from unirl.hookspecs import hookimpl
+from unirl.host.registry import Registry
+from unirl.plugins.openrlhf.framework import OpenRlhfFramework
+
+
+@hookimpl
+def unirl_add_frameworks(registry: Registry) -> None:
+    registry.add(OpenRlhfFramework())

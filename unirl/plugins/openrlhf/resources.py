@@ -1,0 +1,42 @@
+"""The GPUs an OpenRLHF launch asks Ray for, compared with what the recipe provides.
+
+OpenRLHF reserves placement groups only after Ray starts and then waits on them forever
+(train_ppo_ray.py:51, vllm_engine.py:251): a launch that asks for more GPUs than the cluster has hangs
+instead of failing. unirl computes the demand from the flags and refuses such a plan up front.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unirl.backend.plan import BackendEnvironment
+
+
+def gpu_demand(flags: dict[str, Any]) -> tuple[int, str]:
+    """(GPUs Ray must place, how they add up), from the flag values train() reads (train_ppo_ray.py:41-113)."""
+
+    def get(dest: str, default: Any) -> Any:
+        value = flags.get(dest, default)
+        return default if value is None else value
+
+    actor = get("actor.num_nodes", 1) * get("actor.num_gpus_per_node", 8)
+    engines = get("vllm.num_engines", 0) * get("vllm.tensor_parallel_size", 1)
+    colocate_all = get("train.colocate_all", False) and not get("train.async_enable", False)
+    if colocate_all:
+        return actor, f"actor, reference and vLLM share {actor} GPU bundles (--train.colocate_all)"
+    total, parts = actor + engines, [f"actor {actor}", f"vLLM engines x TP {engines}"]
+    kl = get("algo.kl.init_coef", 0.01)
+    if kl > 0 and not get("train.colocate_actor_ref", False):
+        ref = get("ref.num_nodes", 1) * get("ref.num_gpus_per_node", 8)
+        total += ref
+        parts.append(f"reference {ref}")
+    return total, " + ".join(parts)
+
+
+def demand_problems(flags: dict[str, Any], env: BackendEnvironment) -> list[str]:
+    have = env.nodes * env.gpus_per_node
+    need, how = gpu_demand(flags)
+    if need > have:
+        return [f"OpenRLHF would ask Ray for {need} GPUs ({how}) but the recipe has {have} "
+                f"(resources.nodes x resources.gpus_per_node): the launch would wait forever for placement"]
+    return []

@@ -1,0 +1,12 @@
+"""Entry point ``unirl:ray``: registers the Ray job scheduler (Ray itself is imported only to submit)."""
+
+from __future__ import annotations
+
+from unirl.hookspecs import hookimpl
+from unirl.host.registry import Registry
+from unirl.plugins.ray.scheduler import RayScheduler
+
+
+@hookimpl
+def unirl_add_schedulers(registry: Registry) -> None:
+    registry.add(RayScheduler())

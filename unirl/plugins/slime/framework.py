@@ -1,0 +1,451 @@
+"""slime and vime as unirl backends: one family, two rollout engines.
+
+vime is slime's trainer (Megatron-LM, the same Data Buffer and flags) with vLLM + vllm-router rollouts instead of
+SGLang; only the engine rows of the mapping table, the engine's flag prefix, the reward adapter's module and the
+image differ, so both backends share :class:`SlimeFamily` and one table of common rows.
+
+Both are launched as ``python3 train.py <flags>`` from the backend's checkout inside its image (slime's scripts do
+``ray job submit ... python3 train.py``; train.py starts or joins Ray itself). The flags are slime's argparse flags,
+rendered as full names, valueless ``store_true`` flags bare. Batch semantics, converted honestly:
+``--rollout-batch-size`` counts prompts, ``--global-batch-size`` counts completions per optimizer update, and
+``--num-steps-per-rollout`` is the number of updates per rollout (slime asserts the three agree).
+
+Megatron cannot read a Hugging Face config, so the model's architecture flags come from the user:
+``framework.model_args`` (a list, e.g. the contents of slime's scripts/models/qwen2.5-0.5B.sh) or
+``framework.model_args_script`` (one of those scripts inside the image, sourced at launch).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from unirl.backend.contract import OMIT, Capabilities, Mapping
+from unirl.backend.native import NativeFramework, model_location
+from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan, MappedField
+from unirl.errors import FieldError, Unsupported
+from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
+
+MEGATRON_PATH = "/root/Megatron-LM"
+"""Where both images keep Megatron-LM: its pip package installs only ``megatron.core``, so ``megatron.training``
+comes from the checkout on PYTHONPATH, as slime's own scripts do (scripts/run-qwen3-4B.sh:138-161)."""
+TRAIN_FILE = f"{RUN_DIR}/data/train.jsonl"
+EVAL_FILE = f"{RUN_DIR}/data/eval.jsonl"
+CHECKPOINTS = f"{RUN_DIR}/checkpoints"
+KL_TYPE = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "low_var_kl"}
+MODEL_ARGS_HINT = ("the model's Megatron architecture flags: set framework.model_args to a list (copy slime's "
+                   "scripts/models/<model>.sh, e.g. qwen2.5-0.5B.sh) or framework.model_args_script to such a script "
+                   "inside the image")
+
+
+# --- shared helpers (recipe -> numbers slime wants) ------------------------------------------------------------------
+
+
+def total_gpus(r: Recipe) -> int:
+    return r.resources.nodes * r.resources.gpus_per_node
+
+
+def rollout_gpus(r: Recipe) -> int:
+    """GPUs given to the rollout engines when disaggregated: the recipe's rollout.gpus, else half of them."""
+    return r.rollout_gpus
+
+
+def actor_placement(r: Recipe) -> tuple[int, int]:
+    """(nodes, GPUs per node) of the Megatron actor: every GPU when colocated, the rest after rollout otherwise."""
+    if r.rollout.colocated:
+        return r.resources.nodes, r.resources.gpus_per_node
+    actor = max(0, total_gpus(r) - rollout_gpus(r))
+    per_node = max(1, min(r.resources.gpus_per_node, actor))
+    return max(1, actor // per_node), per_node
+
+
+def actor_world(r: Recipe) -> int:
+    nodes, per_node = actor_placement(r)
+    return max(1, nodes * per_node)  # >= 1 so a GPU-less recipe reaches its refusal, not a division by zero
+
+
+def global_batch(r: Recipe) -> int:
+    """Completions per optimizer update (slime counts samples, not prompts)."""
+    return r.completions_per_step // r.algorithm.mini_batches_per_step
+
+
+def micro_batch(r: Recipe) -> int:
+    """Completions per GPU per forward/backward: the recipe's, else one actor GPU's share of an update."""
+    return r.algorithm.micro_batch_size or max(1, global_batch(r) // actor_world(r))
+
+
+def present(flag_on: bool) -> Any:
+    """A ``store_true`` flag: sent bare when on, not sent when off."""
+    return True if flag_on else OMIT
+
+
+def with_eval(r: Recipe, value: Any) -> Any:
+    return value if r.data.eval else OMIT
+
+
+# --- the mapping table: rows shared by slime and vime ---------------------------------------------------------------
+
+COMMON_MAPPING: tuple[Mapping, ...] = (
+    Mapping("algorithm.name", "--advantage-estimator", lambda r: "grpo", native_default="grpo"),
+    Mapping("algorithm.steps", "--num-rollout", lambda r: r.algorithm.steps,
+            "one rollout = one unirl step; the exported train file holds exactly steps x prompts_per_step prompts",
+            native_default=None),
+    Mapping("algorithm.prompts_per_step", "--rollout-batch-size", lambda r: r.algorithm.prompts_per_step,
+            "counts prompts (required by slime)", native_default=None),
+    Mapping("algorithm.samples_per_prompt", "--n-samples-per-prompt", lambda r: r.algorithm.samples_per_prompt,
+            native_default=1),
+    Mapping("algorithm.mini_batches_per_step", "--global-batch-size", global_batch,
+            "counts completions per optimizer update: prompts x samples / mini_batches_per_step",
+            native_default=None),
+    Mapping("algorithm.mini_batches_per_step", "--num-steps-per-rollout", lambda r: r.algorithm.mini_batches_per_step,
+            "optimizer updates per rollout; slime asserts it agrees with --global-batch-size", native_default=None),
+    Mapping("algorithm.micro_batch_size", "--micro-batch-size", micro_batch,
+            "completions per actor GPU per pass; null = one GPU's share of an update (data parallel over every "
+            "actor GPU)", native_default=1),
+    Mapping("algorithm.epochs_per_batch", "(one pass per rollout)", lambda r: 1,
+            supported=lambda r: r.algorithm.epochs_per_batch == 1,
+            supported_text="1: each rollout's samples are used once (slime has no PPO-epochs flag; use "
+                           "mini_batches_per_step for several updates per rollout)"),
+    Mapping("algorithm.lr", "--lr", lambda r: r.algorithm.lr, native_default=1e-6),
+    Mapping("algorithm.lr_schedule", "--lr-decay-style", lambda r: r.algorithm.lr_schedule,
+            "decays over num_rollout x updates per rollout (slime/backends/megatron_utils/model.py:203-205) to "
+            "--min-lr 0", native_default="linear"),
+    Mapping("algorithm.warmup_steps", "--lr-warmup-iters", lambda r: r.algorithm.warmup_steps,
+            "optimizer updates", native_default=0),
+    Mapping("algorithm.weight_decay", "--weight-decay", lambda r: r.algorithm.weight_decay,
+            "Megatron's default is 0.01", native_default=0.01),
+    Mapping("algorithm.max_grad_norm", "--clip-grad", lambda r: r.algorithm.max_grad_norm,
+            "0 disables clipping (megatron/core/optimizer/optimizer.py:606)", native_default=1.0),
+    Mapping("algorithm.kl_coef", "--use-kl-loss", lambda r: present(r.algorithm.kl_coef > 0),
+            "KL as a loss term against the reference policy (--ref-load)", native_default=False),
+    Mapping("algorithm.kl_coef", "--kl-loss-coef",
+            lambda r: r.algorithm.kl_coef if r.algorithm.kl_coef > 0 else OMIT, native_default=0.0),
+    Mapping("algorithm.kl_coef", "--kl-coef", lambda r: OMIT,
+            "reward-shaping KL; slime's GRPO ignores it (slime/backends/megatron_utils/loss.py:769-802)",
+            native_default=0.0),
+    Mapping("algorithm.kl_estimator", "--kl-loss-type",
+            lambda r: KL_TYPE[r.algorithm.kl_estimator] if r.algorithm.kl_coef > 0 else OMIT,
+            "low_var_kl is k3 clamped to [-10, 10] (slime/utils/ppo_utils.py:46-48)", native_default="k1"),
+    Mapping("algorithm.clip_low", "--eps-clip", lambda r: r.algorithm.clip_low, native_default=0.2),
+    Mapping("algorithm.clip_high", "--eps-clip-high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
+            native_default=None),
+    Mapping("algorithm.loss_aggregation", "--calculate-per-token-loss",
+            lambda r: present(r.algorithm.loss_aggregation == "token_mean"),
+            "off = slime's per-sample mean of token means (seq_mean_token_mean); on = one token mean over the batch "
+            "(slime/backends/megatron_utils/cp_utils.py:47-124)",
+            supported=lambda r: r.algorithm.loss_aggregation in ("token_mean", "seq_mean_token_mean"),
+            supported_text="token_mean (--calculate-per-token-loss) and seq_mean_token_mean (its default); no "
+                           "sum-then-divide-by-max-length aggregation", native_default=False),
+    Mapping("algorithm.advantage_norm", "--disable-grpo-std-normalization",
+            lambda r: present(r.algorithm.advantage_norm == "none"),
+            "group: the reward minus the group mean, divided by the group std; none: mean-centred only "
+            "(slime/ray/rollout.py:608-633)",
+            supported=lambda r: r.algorithm.advantage_norm in ("group", "none"),
+            supported_text="group or none; --normalize-advantages whitens token advantages across the data-parallel "
+                           "group, which is not the recipe's batch std", native_default=False),
+    Mapping("algorithm.entropy_coef", "--entropy-coef", lambda r: r.algorithm.entropy_coef, native_default=0.0),
+    Mapping("algorithm.temperature", "--rollout-temperature", lambda r: r.algorithm.temperature, native_default=1.0),
+    Mapping("algorithm.top_p", "--rollout-top-p", lambda r: r.algorithm.top_p, native_default=1.0),
+    Mapping("algorithm.max_new_tokens", "--rollout-max-response-len", lambda r: r.algorithm.max_new_tokens,
+            native_default=None),
+    Mapping("data.max_prompt_tokens", "--rollout-max-prompt-len", lambda r: OMIT,
+            supported=lambda r: r.data.max_prompt_tokens is None,
+            supported_text="null only: slime drops prompts longer than --rollout-max-prompt-len instead of cutting "
+                           "them (slime/utils/data.py:87-137), which would break the step-aligned train file; pass "
+                           "--rollout-max-prompt-len through framework.overrides to accept the drop",
+            native_default=None),
+    Mapping("data.chat_template", "--apply-chat-template", lambda r: present(r.data.chat_template),
+            "a text prompt becomes one user message (slime/utils/data.py:145-150); message-list prompts need it on",
+            native_default=False),
+    Mapping("data.train", "--prompt-data", lambda r: TRAIN_FILE, "exported by unirl as slime JSONL",
+            native_default=None),
+    Mapping("data.train", "--input-key", lambda r: "prompt", native_default="input"),
+    Mapping("data.train", "--label-key", lambda r: "label", "the reference answer", native_default=None),
+    Mapping("data.train", "--metadata-key", lambda r: "metadata", native_default="metadata"),
+    Mapping("data.train", "--rollout-shuffle", lambda r: OMIT,
+            "off: the exported order is already the seeded order every backend uses", native_default=False),
+    Mapping("data.eval", "--eval-prompt-data", lambda r: with_eval(r, ["eval", EVAL_FILE]),
+            "a name/path pair", native_default=None),
+    Mapping("eval.every_steps", "--eval-interval",
+            lambda r: with_eval(r, r.eval.every_steps or r.algorithm.steps),
+            "0: evaluate at the end only (the train file is one epoch, and slime evaluates at its boundary)",
+            native_default=None),
+    Mapping("eval.before_training", "--skip-eval-before-train",
+            lambda r: present(bool(r.data.eval) and not r.eval.before_training), native_default=False),
+    Mapping("eval.greedy", "--eval-temperature", lambda r: with_eval(r, 0.0) if r.eval.greedy else OMIT,
+            "greedy: temperature 0; else the rollout temperature", native_default=None),
+    Mapping("eval.greedy", "--n-samples-per-eval-prompt", lambda r: with_eval(r, 1),
+            "one completion per held-out prompt (slime defaults to --n-samples-per-prompt)", native_default=None),
+    Mapping("seed", "--seed", lambda r: r.seed, native_default=1234),
+    Mapping("seed", "--rollout-seed", lambda r: r.seed, "sampling seeds of the rollout engine", native_default=42),
+    Mapping("model.path", "--hf-checkpoint", model_location,
+            "tokenizer, rollout engine weights and the HF config slime checks the model args against",
+            supported=lambda r: r.model.path.startswith(BUILTIN_PREFIX) or is_local_path(r.model.path),
+            supported_text="a local Hugging Face directory (visible inside the image) or builtin:<name>; download a "
+                           "hub model first (huggingface-cli download <id> --local-dir <dir>)", native_default=None),
+    Mapping("model.path", "--ref-load", model_location,
+            "the reference policy; an HF directory of a supported model type loads directly "
+            "(slime/backends/megatron_utils/checkpoint.py:100-131)", native_default=None),
+    Mapping("run.resume", "--load", lambda r: CHECKPOINTS if r.run.resume else model_location(r),
+            "resume: the run's checkpoints (slime falls back to --ref-load when there are none, "
+            "slime/utils/arguments.py:1829-1838)", native_default=None),
+    Mapping("model.dtype", "--bf16", lambda r: present(r.model.dtype in ("auto", "bfloat16")),
+            "slime trains in bf16 unless --fp16 (slime/backends/megatron_utils/arguments.py:157)",
+            supported=lambda r: r.model.dtype != "float32",
+            supported_text="auto, bfloat16 or float16: slime forces bf16 = not fp16", native_default=False),
+    Mapping("model.dtype", "--fp16", lambda r: present(r.model.dtype == "float16"), native_default=False),
+    Mapping("resources.gradient_checkpointing", "--recompute-granularity",
+            lambda r: "full" if r.resources.gradient_checkpointing else OMIT, native_default=None),
+    Mapping("resources.gradient_checkpointing", "--recompute-method",
+            lambda r: "uniform" if r.resources.gradient_checkpointing else OMIT, native_default=None),
+    Mapping("resources.gradient_checkpointing", "--recompute-num-layers",
+            lambda r: 1 if r.resources.gradient_checkpointing else OMIT, native_default=None),
+    Mapping("resources.nodes", "--actor-num-nodes", lambda r: actor_placement(r)[0], native_default=1),
+    Mapping("resources.gpus_per_node", "--actor-num-gpus-per-node", lambda r: actor_placement(r)[1],
+            "disaggregated: the GPUs the rollout engines do not take", native_default=8),
+    Mapping("resources.gpus_per_node", "--num-gpus-per-node", lambda r: r.resources.gpus_per_node,
+            "GPUs per node for placing rollout engines; slime assumes 8", native_default=8),
+    Mapping("rollout.colocated", "--colocate", lambda r: present(r.rollout.colocated),
+            "colocated: training and rollout share every GPU and offload in turn (slime/utils/arguments.py:"
+            "1939-1954)", native_default=False),
+    Mapping("rollout.colocated", "--rollout-num-gpus", lambda r: OMIT if r.rollout.colocated else rollout_gpus(r),
+            "disaggregated: rollout.gpus, else half of the GPUs", native_default=None),
+    Mapping("rollout.tensor_parallel", "--rollout-num-gpus-per-engine", lambda r: r.rollout.tensor_parallel,
+            "GPUs per rollout engine = the engine's tensor-parallel size", native_default=1),
+    Mapping("run.checkpoint_every", "--save", lambda r: CHECKPOINTS, native_default=None),
+    Mapping("run.checkpoint_every", "--save-interval", lambda r: r.run.checkpoint_every or r.algorithm.steps,
+            "0: save at the last step only (slime saves nothing without an interval)", native_default=None),
+)
+
+
+class SlimeFamily(NativeFramework):
+    """What slime and vime share: the table above, the launch, the checks; subclasses name the engine."""
+
+    plugin_package = "unirl.plugins.slime"
+    check_module = None  # slime lives in an image: the plan is checked against the key schema in schema.py
+    engine_rows: ClassVar[tuple[Mapping, ...]]
+    reward_module: ClassVar[str]
+    default_workdir: ClassVar[str]
+    schema_commit: ClassVar[str]
+
+    @property
+    def extra_options(self) -> dict[str, Any]:  # type: ignore[override]
+        return {
+            "image": self.capabilities.image,
+            "workdir": self.default_workdir,
+            "megatron_path": MEGATRON_PATH,
+            "model_args": None,
+            "model_args_script": None,
+        }
+
+    @property
+    def mapping(self) -> tuple[Mapping, ...]:  # type: ignore[override]
+        reward = (
+            Mapping("rewards", "--custom-rm-path", lambda r: self.reward_module,
+                    "a dotted path: slime imports everything before the last dot (slime/utils/misc.py:39-47) and "
+                    "awaits reward(args, sample)", native_default=None),
+            Mapping("rewards", "--reward-key", lambda r: "score",
+                    "the adapter returns the total and every component; slime trains on 'score'",
+                    native_default=None),
+            Mapping("rewards", "--group-rm", lambda r: OMIT,
+                    "per-sample scoring: slime asserts group RM off for evaluation (slime/rollout/sglang_rollout.py:"
+                    "477, 499)", native_default=False),
+        )
+        return (*COMMON_MAPPING, *self.engine_rows, *reward)
+
+    # --- plan -------------------------------------------------------------------------------------------------
+
+    def plan(self, recipe: Recipe) -> LaunchPlan:
+        recipe = replace(recipe, framework={**self.options, **recipe.framework})
+        t = self.translation(recipe)
+        version, installed, rows, native = t.version, t.installed, t.rows, t.native
+        problems = t.problems + self.placement_problems(recipe)
+        model_args, script = self.model_args(recipe, problems)
+        self.refuse(problems)
+        extra = self.flag_overrides(recipe)
+        rows += extra
+        for row in extra:
+            native.pop(row.native_key, None)
+            if row.value is not None and row.value is not False:
+                native[row.native_key] = row.value
+        args = [*model_args, *render_flags(native)]
+        options = recipe.framework
+        env = self.environment(recipe)
+        data = [DataExport("train", recipe.data.train, "slime_jsonl", TRAIN_FILE,
+                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
+        if recipe.data.eval:
+            data.append(DataExport("eval", recipe.data.eval, "slime_jsonl", EVAL_FILE))
+        builtin = recipe.model.path.startswith(BUILTIN_PREFIX)
+        notes = [
+            f"launched with bash -c: it changes into {self.name}'s checkout ({options['workdir']}), appends "
+            f"Megatron-LM ({options['megatron_path']}) to the PYTHONPATH unirl sets"
+            + (", and sources framework.model_args_script" if script else "") + "; train.py starts or joins Ray",
+            "prompts are exported in the seeded order unirl uses for every backend; slime's own shuffle stays off",
+            "held-out evaluation is slime's eval rollout (one greedy completion per prompt when eval.greedy), "
+            "scored by the same reward adapter",
+            "framework.model_args must match the model's HF config: slime asserts it at start "
+            "(slime/backends/megatron_utils/arguments.py:97-148)",
+        ]
+        if builtin:
+            notes.append("the builtin model is written to {run_dir}/model at launch")
+        return self.build_plan(
+            recipe, version=version, installed=installed,
+            native_config={"args": args, "entry": "train.py", "workdir": options["workdir"],
+                           "model_args": model_args, "model_args_script": script},
+            rows=rows, command=["bash", "-c", launch_script(env.python, options, args, script)], data=data,
+            notes=notes, files={"model/": "<the builtin model and tokenizer>"} if builtin else None)
+
+    def model_args(self, recipe: Recipe, problems: list[FieldError]) -> tuple[list[str], str | None]:
+        """Megatron's architecture flags: a list from framework.model_args, or a script sourced at launch."""
+        options = recipe.framework
+        listed, script = options.get("model_args"), options.get("model_args_script")
+        if listed and script:
+            problems.append(FieldError("framework.model_args", listed,
+                                       "set framework.model_args or framework.model_args_script, not both"))
+        if not listed and not script:
+            problems.append(Unsupported("framework.model_args", listed, self.name, MODEL_ARGS_HINT))
+            return [], None
+        if listed:
+            if isinstance(listed, str):
+                listed = shlex.split(listed)
+            return [str(a) for a in listed], None
+        return [], str(script)
+
+    def placement_problems(self, r: Recipe) -> list[FieldError]:
+        """Disaggregated placement must leave whole GPUs to both sides and whole engines to rollout."""
+        problems: list[FieldError] = []
+        if r.rollout.colocated:
+            engines_gpus = total_gpus(r)
+        else:
+            engines_gpus = rollout_gpus(r)
+            actor = total_gpus(r) - engines_gpus
+            _, per_node = actor_placement(r)
+            if engines_gpus < 1 or actor < 1:
+                problems.append(FieldError("rollout.colocated", False,
+                                           f"disaggregated needs GPUs for both sides: {total_gpus(r)} GPU(s), "
+                                           f"{engines_gpus} for rollout (rollout.gpus)"))
+            elif actor % per_node:
+                problems.append(FieldError("rollout.gpus", engines_gpus,
+                                           f"leaves {actor} GPUs for training, not whole nodes of {per_node}"))
+        if engines_gpus >= 1 and engines_gpus % r.rollout.tensor_parallel:
+            problems.append(FieldError("rollout.tensor_parallel", r.rollout.tensor_parallel,
+                                       f"must divide the {engines_gpus} rollout GPUs (one engine per "
+                                       f"{r.rollout.tensor_parallel} GPUs)"))
+        if not r.rollout.colocated and global_batch(r) % (micro_batch(r) * max(1, actor_world(r))):
+            problems.append(FieldError("algorithm.micro_batch_size", r.algorithm.micro_batch_size,
+                                       f"{global_batch(r)} completions per update must split into micro-batches "
+                                       f"over the {actor_world(r)} training GPUs"))
+        return problems
+
+    def flag_overrides(self, recipe: Recipe) -> list[MappedField]:
+        """``framework.overrides`` as raw flags, applied last: ``{"rollout-top-k": 5}`` or ``{"--rollout-top-k": 5}``
+        sends ``--rollout-top-k 5``; true sends a bare flag; false or null removes a flag the table sent."""
+        raw = recipe.framework.get("overrides") or {}
+        return [MappedField(f"framework.overrides.{key}", flag_name(key), value, "raw flag, applied last")
+                for key, value in sorted(raw.items())]
+
+    # --- validate / prepare ---------------------------------------------------------------------------------------
+
+    def schema_problems(self, plan: LaunchPlan) -> list[str]:
+        from unirl.plugins.slime.schema import schema_problems
+
+        config = plan.native_config
+        return schema_problems(config["args"], self.name, model_args_known=not config.get("model_args_script"))
+
+
+def flag_name(key: str) -> str:
+    """An override key as a flag: Hydra-friendly ``rollout_top_k`` and ``--rollout-top-k`` both become the latter."""
+    return "--" + str(key).lstrip("-").replace("_", "-")
+
+
+def render_flags(native: dict[str, Any]) -> list[str]:
+    """Flags as argv: a bare flag for True, one token per item for lists, the value's text otherwise."""
+    argv: list[str] = []
+    for flag, value in native.items():
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *(str(v) for v in value)]
+        elif value is not None and value is not False:
+            argv += [flag, str(value)]
+    return argv
+
+
+def launch_script(python: str, options: dict[str, Any], args: list[str], script: str | None) -> str:
+    """The shell line: cd into the checkout, put Megatron-LM after unirl's PYTHONPATH, optionally source the
+    model-args script, then exec train.py (exec keeps signals going to the trainer)."""
+    steps = [f"cd {shlex.quote(str(options['workdir']))}",
+             f'export PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{options["megatron_path"]}"']
+    tail = ""
+    if script:
+        steps.append(f"source {shlex.quote(script)}")
+        tail = ' "${MODEL_ARGS[@]}"'
+    steps.append(f"exec {shlex.quote(python)} train.py {shlex.join(args)}{tail}")
+    return " && ".join(steps)
+
+
+# --- slime ------------------------------------------------------------------------------------------------------------
+
+SLIME_CAPABILITIES = Capabilities(
+    native_algorithms=("GRPO", "GSPO", "CISPO", "REINFORCE++", "REINFORCE++-baseline", "PPO (critic)",
+                       "on-policy distillation", "SFT loss"),
+    algorithms=("grpo",),
+    rollout_engines=("sglang",),
+    placement=("colocated (--colocate, offloading in turn)", "disaggregated (--rollout-num-gpus)"),
+    modes=("sync (train.py)",),
+    training_backends=("Megatron-LM",),
+    multi_node="Ray cluster (ray start on every node; train.py on the head joins it)",
+    custom_reward="--custom-rm-path <dotted.module.function>: async def f(args, sample) -> float | dict "
+                  "(--reward-key picks the trained value)",
+    runs_on_cpu=False,
+    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
+    loss_aggregations=("token_mean", "seq_mean_token_mean"),
+    needs_gpu=True,
+    distribution=None,  # not on PyPI: the PyPI project named slime is an unrelated statistics package
+    tested_version="624b824a898a",
+    install="docker pull slimerl/slime:nightly-dev-20260810a-cu129 (slime preinstalled at /root/slime)",
+    image="slimerl/slime:nightly-dev-20260810a-cu129",
+)
+
+
+class SlimeFramework(SlimeFamily):
+    name = "slime"
+    description = "slime (THUDM): Megatron-LM training with SGLang rollouts under Ray; GPU only, runs in its image"
+    capabilities = SLIME_CAPABILITIES
+    reward_module = "unirl.adapters.slime.reward"
+    default_workdir = "/root/slime"
+    engine_rows = (
+        Mapping("rollout.engine", "(rollout engine)", lambda r: "sglang", "slime rolls out with SGLang only",
+                native_default="sglang"),
+        Mapping("rollout.gpu_memory_fraction", "--sglang-mem-fraction-static",
+                lambda r: r.rollout.gpu_memory_fraction, "SGLang ServerArgs.mem_fraction_static behind slime's "
+                "--sglang- prefix (slime/backends/sglang_utils/arguments.py:41-129)", native_default=None),
+    )
+
+
+# --- vime -------------------------------------------------------------------------------------------------------------
+
+VIME_CAPABILITIES = replace(
+    SLIME_CAPABILITIES,
+    rollout_engines=("vllm",),
+    native_algorithms=("GRPO", "GSPO", "REINFORCE++", "REINFORCE++-baseline", "PPO (critic)", "TIS"),
+    tested_version="035f98340b31",
+    install="docker pull inferactinc/public:vime-latest (vime preinstalled at /root/vime)",
+    image="inferactinc/public:vime-latest",
+)
+
+
+class VimeFramework(SlimeFamily):
+    name = "vime"
+    description = "vime (vLLM project): slime's Megatron-LM trainer with vLLM + vllm-router rollouts; GPU only"
+    capabilities = VIME_CAPABILITIES
+    reward_module = "unirl.adapters.vime.reward"
+    default_workdir = "/root/vime"
+    engine_rows = (
+        Mapping("rollout.engine", "(rollout engine)", lambda r: "vllm", "vime rolls out with vLLM (+ vllm-router)",
+                native_default="vllm"),
+        Mapping("rollout.gpu_memory_fraction", "--vllm-gpu-memory-utilization",
+                lambda r: r.rollout.gpu_memory_fraction, "vLLM's gpu_memory_utilization behind vime's --vllm- "
+                "prefix (vime/backends/vllm_utils/arguments.py:186-278)", native_default=0.92),
+    )

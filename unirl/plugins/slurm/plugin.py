@@ -1,0 +1,12 @@
+"""Entry point ``unirl:slurm``: registers the Slurm scheduler."""
+
+from __future__ import annotations
+
+from unirl.hookspecs import hookimpl
+from unirl.host.registry import Registry
+from unirl.plugins.slurm.scheduler import SlurmScheduler
+
+
+@hookimpl
+def unirl_add_schedulers(registry: Registry) -> None:
+    registry.add(SlurmScheduler())

@@ -1,0 +1,268 @@
+"""TRL as a unirl backend: capabilities, the recipe -> GRPOConfig mapping table, plan, validate.
+
+Batch semantics are TRL's, converted honestly: TRL's ``per_device_train_batch_size`` counts
+*completions* per micro-batch, ``max_steps`` counts optimizer updates, and one generation batch of
+``prompts_per_step x samples_per_prompt`` completions is spread over
+``steps_per_generation = mini_batches x gradient_accumulation_steps`` micro-batches.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, translate
+from unirl.backend.environment import version_in
+from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
+from unirl.errors import RecipeInvalid, UnirlError, Unsupported
+from unirl.launch.resume import require_trainer_checkpoint
+from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
+from unirl.record.layout import PLAN, write_json
+
+NAME = "trl"
+CHECKPOINTS = "trl"  # GRPOConfig.output_dir under the run directory: TRL's checkpoint-<updates> folders
+ENTRYPOINT = "unirl.plugins.trl.runner:run"
+
+CAPABILITIES = Capabilities(
+    native_algorithms=("GRPO (grpo, dapo, dr_grpo, bnpo, cispo, sapo losses)", "GSPO", "RLOO", "DPO", "SFT",
+                       "reward modelling", "experimental PPO / online DPO / GKD"),
+    algorithms=("grpo",),
+    rollout_engines=("hf", "vllm"),
+    placement=("colocated", "disaggregated (vLLM server mode)"),
+    modes=("sync",),
+    training_backends=("accelerate", "DeepSpeed", "FSDP"),
+    multi_node="accelerate/torchrun; vLLM server on its own nodes",
+    custom_reward="Python callables in reward_funcs (unirl passes an adapter per reward)",
+    runs_on_cpu=True,
+    kl_estimators=("k3",),
+    loss_aggregations=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+)
+
+LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
+# Special tokens the builtin tiny model must never sample inside a completion (pad, bos, unk).
+BUILTIN_SUPPRESS = [0, 1, 3]
+
+
+def batch_layout(r: Recipe) -> dict[str, int]:
+    """Completions per micro-batch, accumulation and generation spread, from the recipe's batch fields."""
+    a = r.algorithm
+    per_device_update = r.completions_per_step // a.mini_batches_per_step // r.world_size
+    micro = a.micro_batch_size or per_device_update
+    accumulation = per_device_update // micro
+    spread = a.mini_batches_per_step * accumulation
+    return {"micro": micro, "accumulation": accumulation, "steps_per_generation": spread}
+
+
+def _updates(r: Recipe, steps: int) -> int:
+    """unirl counts training steps; TRL counts optimizer updates (mini_batches_per_step per step)."""
+    return steps * r.algorithm.mini_batches_per_step
+
+
+def _precision(r: Recipe) -> dict[str, Any]:
+    dtype = r.model.dtype
+    if dtype == "bfloat16":
+        return {"bf16": True, "fp16": False}
+    if dtype == "float16":
+        return {"bf16": False, "fp16": True}
+    if dtype == "auto" and r.resources.device == "cuda":
+        return {"bf16": True, "fp16": False}
+    # float32, or auto where the device is only known at launch (the runner turns bf16 on for CUDA).
+    return {"bf16": False, "fp16": False}
+
+
+# native_default: GRPOConfig's own defaults in TRL 1.16 (what TRL would use if unirl did not set the key).
+MAPPING: tuple[Mapping, ...] = (
+    Mapping("seed", "seed", lambda r: r.seed, native_default=42),
+    Mapping("algorithm.steps", "max_steps", lambda r: _updates(r, r.algorithm.steps),
+            "TRL counts optimizer updates: steps x mini_batches_per_step", native_default=-1),
+    Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt,
+            native_default=8),
+    Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],
+            "TRL counts completions per device micro-batch, not prompts", native_default=8),
+    Mapping("algorithm.micro_batch_size", "gradient_accumulation_steps", lambda r: batch_layout(r)["accumulation"],
+            "micro-batches per optimizer update on one device", native_default=1),
+    Mapping("algorithm.mini_batches_per_step", "steps_per_generation",
+            lambda r: batch_layout(r)["steps_per_generation"],
+            "one generation of prompts_per_step x samples_per_prompt completions feeds this many micro-batches",
+            native_default=None),
+    Mapping("algorithm.epochs_per_batch", "num_iterations", lambda r: r.algorithm.epochs_per_batch, native_default=1),
+    Mapping("algorithm.lr", "learning_rate", lambda r: r.algorithm.lr, "TRL's default 1e-6 is set explicitly",
+            native_default=1e-06),
+    Mapping("algorithm.lr_schedule", "lr_scheduler_type", lambda r: r.algorithm.lr_schedule, native_default='linear'),
+    Mapping("algorithm.warmup_steps", "warmup_steps", lambda r: r.algorithm.warmup_steps, native_default=0),
+    Mapping("algorithm.weight_decay", "weight_decay", lambda r: r.algorithm.weight_decay, native_default=0.0),
+    Mapping("algorithm.max_grad_norm", "max_grad_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
+    Mapping("algorithm.kl_coef", "beta", lambda r: r.algorithm.kl_coef, "0 = no reference model is loaded",
+            native_default=0.0),
+    Mapping("algorithm.kl_estimator", "(fixed k3)", lambda r: "k3",
+            "TRL's KL term is always the k3 estimator",
+            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_estimator in ("k3", "low_var_kl"),
+            supported_text="only k3 (low_var_kl) when kl_coef > 0"),
+    Mapping("algorithm.clip_low", "epsilon", lambda r: r.algorithm.clip_low, native_default=0.2),
+    Mapping("algorithm.clip_high", "epsilon_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
+            native_default=None),
+    Mapping("algorithm.loss_aggregation", "loss_type", lambda r: LOSS_TYPE[r.algorithm.loss_aggregation],
+            "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo", native_default='dapo'),
+    Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm, native_default='group'),
+    Mapping("algorithm.entropy_coef", "entropy_coef", lambda r: r.algorithm.entropy_coef, native_default=0.0),
+    Mapping("algorithm.temperature", "temperature", lambda r: r.algorithm.temperature, native_default=1.0),
+    Mapping("algorithm.top_p", "top_p", lambda r: r.algorithm.top_p, native_default=1.0),
+    Mapping("algorithm.max_new_tokens", "max_completion_length", lambda r: r.algorithm.max_new_tokens,
+            native_default=512),
+    Mapping("reward_policy.on_error", "(unirl reward adapter)", lambda r: r.reward_policy.resolved(NAME).on_error,
+            "exclude: a failed call's reward is None, which TRL leaves out of the group baseline"),
+    Mapping("rewards[].weight", "reward_weights", lambda r: [float(s.weight) for s in r.rewards], native_default=None),
+    Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU"),
+    Mapping("resources.device", "use_cpu", lambda r: r.resources.device == "cpu",
+            "auto: CPU unless CUDA is present (decided at launch)", native_default=False),
+    Mapping("rollout.engine", "use_vllm", lambda r: r.rollout.engine == "vllm",
+            supported=lambda r: r.rollout.engine in CAPABILITIES.rollout_engines,
+            supported_text="hf (transformers generate) and vllm", native_default=False),
+    Mapping("rollout.colocated", "vllm_mode", lambda r: "colocate" if r.rollout.colocated else "server",
+            "only used with rollout.engine=vllm", native_default='colocate'),
+    Mapping("rollout.tensor_parallel", "vllm_tensor_parallel_size", lambda r: r.rollout.tensor_parallel,
+            native_default=1),
+    Mapping("rollout.gpu_memory_fraction", "vllm_gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
+            native_default=0.3),
+    Mapping("logging.every_steps", "logging_steps", lambda r: _updates(r, r.logging.every_steps), native_default=10),
+    Mapping("run.checkpoint_every", "save_strategy/save_steps",
+            lambda r: {"save_strategy": "steps", "save_steps": _updates(r, r.run.checkpoint_every)}
+            if r.run.checkpoint_every else {"save_strategy": "no"}),
+    Mapping("resources.gradient_checkpointing", "gradient_checkpointing",
+            lambda r: r.resources.gradient_checkpointing, "TRL defaults to True; unirl to the recipe (False)",
+            native_default=True),
+    Mapping("data.max_prompt_tokens", "(dataset truncation)", lambda r: r.data.max_prompt_tokens,
+            "TRL removed max_prompt_length; unirl truncates prompts from the left before training"),
+)
+
+# GRPOConfig keys unirl always sets, because TRL's defaults are wrong for unirl's contract.
+FIXED: dict[str, Any] = {
+    "report_to": "none",  # unirl records metrics itself (metrics.jsonl, lifecycle hooks)
+    "disable_tqdm": True,  # unirl draws its own progress bar
+    "remove_unused_columns": False,  # reward adapters read reference/data_source columns
+}
+
+
+class TrlFramework:
+    name = NAME
+    description = "Hugging Face TRL GRPOTrainer; in-process, runs on CPU or CUDA"
+    capabilities = CAPABILITIES
+    mapping = MAPPING
+    options: ClassVar[dict[str, Any]] = asdict(FrameworkOptions(name=NAME))
+
+    def installed_version(self, python: str | None = None) -> str | None:
+        if python:
+            return version_in(python, "trl")
+        try:
+            return md.version("trl")
+        except md.PackageNotFoundError:
+            return None
+
+    def plan(self, recipe: Recipe) -> LaunchPlan:
+        rows, native, problems = translate(recipe, MAPPING, NAME, self.installed_version() or "1.16")
+        if recipe.resources.nodes > 1:
+            problems.append(Unsupported("resources.nodes", recipe.resources.nodes, NAME,
+                                        "1 node per run from this plugin (multi-node TRL launch is not built yet)"))
+        if recipe.resources.gpus_per_node > 1:
+            problems.append(Unsupported("resources.gpus_per_node", recipe.resources.gpus_per_node, NAME,
+                                        "0 or 1 from this plugin: it starts one training process (an accelerate/"
+                                        "torchrun launch for several GPUs is not built yet)"))
+        if problems:
+            raise RecipeInvalid(problems, context=f"recipe for {NAME}")
+
+        args: dict[str, Any] = {}
+        for key, value in native.items():
+            if isinstance(value, dict):  # one recipe field that sets several GRPOConfig keys
+                args.update(value)
+            else:
+                args[key] = value
+        args.update(FIXED)
+        if recipe.model.path.startswith(BUILTIN_PREFIX):
+            args["generation_kwargs"] = {"suppress_tokens": BUILTIN_SUPPRESS}
+        overrides = dict(recipe.framework.get("overrides") or {})
+        for key, value in sorted(overrides.items()):
+            rows.append(MappedField(f"framework.overrides.{key}", key, value, "raw GRPOConfig key, applied last"))
+        args.update(overrides)
+
+        native = {
+            "grpo_config": dict(sorted(args.items())),
+            "reward_funcs": [{"name": s.name, "weight": s.weight, "kwargs": dict(s.kwargs)} for s in recipe.rewards],
+            "model": {"path": recipe.model.path, "revision": recipe.model.revision, "dtype": recipe.model.dtype},
+            "data": {"train": recipe.data.train, "eval": recipe.data.eval},
+        }
+        python = recipe.framework.get("python")
+        return LaunchPlan(
+            framework=NAME,
+            framework_version=self.installed_version(),
+            entrypoint=ENTRYPOINT,
+            native_config=native,
+            mapping=rows,
+            command=["python", "-m", "unirl.plugins.trl.runner", "--plan", f"{RUN_DIR}/plan.json",
+                     "--run-dir", RUN_DIR],
+            in_process=python is None,
+            notes=[
+                "held-out evaluation is unirl's (greedy, before/after training), not TRL's eval loop",
+                "output_dir is set to <run dir>/trl at launch",
+            ],
+            recipe=asdict(recipe),
+            target_version=self.installed_version(),
+            environment=BackendEnvironment(kind="in_process" if python is None else "interpreter",
+                                           python=python or "python", nodes=1,
+                                           gpus_per_node=recipe.resources.gpus_per_node),
+        )
+
+    def prepare(self, plan: LaunchPlan, run_dir: Path, host: Any) -> LaunchPlan:
+        """The run directory with the resolved plan in it: every launch but the in-process one points the runner
+        at that file (a child, a Ray job, a Slurm job)."""
+        if plan.recipe["run"]["resume"]:  # a resume with nothing to resume from is the user's input, refused here
+            require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
+        resolved = plan.resolve(str(run_dir))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(run_dir / PLAN, resolved.to_dict())
+        return resolved
+
+    def validate(self, plan: LaunchPlan) -> None:
+        """Construct TRL's own GRPOConfig from the plan: TRL's checks, before any model loads."""
+        try:
+            from trl import GRPOConfig
+        except ImportError as exc:
+            raise UnirlError(f"TRL is not installed in this interpreter ({exc}); pip install 'unirl[trl]'") from exc
+        import tempfile
+
+        args = launch_args(plan)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                GRPOConfig(output_dir=tmp, **args)
+            except (TypeError, ValueError) as exc:
+                raise UnirlError(f"TRL {plan.framework_version} rejected the generated GRPOConfig: {exc}") from exc
+
+
+def launch_args(plan: LaunchPlan) -> dict[str, Any]:
+    """The plan's GRPOConfig arguments with the device and precision decided for this machine."""
+    import torch
+
+    args = dict(plan.native_config["grpo_config"])
+    device, dtype = plan.recipe["resources"]["device"], plan.recipe["model"]["dtype"]
+    has_cuda = torch.cuda.is_available()
+    if device == "cuda" and not has_cuda:
+        raise UnirlError("resources.device='cuda': this run expects a CUDA GPU and torch sees none "
+                         f"(torch {torch.__version__}); use resources.device=cpu or auto")
+    args["use_cpu"] = device == "cpu" or not has_cuda
+    if dtype == "auto":
+        args["bf16"] = not args["use_cpu"] and torch.cuda.is_bf16_supported()
+        args["fp16"] = False
+    # Version gate: transformers 5.x renamed gradient_checkpointing to activation_checkpointing.
+    from trl import GRPOConfig
+
+    if "activation_checkpointing" in GRPOConfig.__dataclass_fields__ and "gradient_checkpointing" in args:
+        args["activation_checkpointing"] = args.pop("gradient_checkpointing")
+    return args
+
+
+def _field(recipe: Recipe, dotted: str) -> Any:
+    obj: Any = recipe
+    for part in dotted.replace("[]", "").split("."):
+        obj = getattr(obj, part, None)
+    return obj

@@ -1,0 +1,12 @@
+"""Entry point ``unirl:trl``: registers the TRL framework (light; TRL itself loads only to run)."""
+
+from __future__ import annotations
+
+from unirl.hookspecs import hookimpl
+from unirl.host.registry import Registry
+from unirl.plugins.trl.framework import TrlFramework
+
+
+@hookimpl
+def unirl_add_frameworks(registry: Registry) -> None:
+    registry.add(TrlFramework())

@@ -1,0 +1,223 @@
+"""verl 0.9 as a unirl backend: capabilities, the recipe -> Hydra-override mapping table, plan, validate.
+
+verl is launched as ``python -m verl.trainer.main_ppo <overrides>`` in its own interpreter or image.
+Batch semantics are verl's, converted honestly: ``data.train_batch_size`` and ``ppo_mini_batch_size``
+count *prompts* (verl multiplies by ``rollout.n``), while the ``*_micro_batch_size_per_gpu`` keys count
+*completions* on one GPU. The custom reward goes under ``reward.custom_reward_function.*``: verl 0.9's
+``main_ppo`` silently ignores the legacy top-level ``custom_reward_function`` keys, so they are gated out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from unirl.backend.contract import OMIT, Capabilities, Mapping
+from unirl.backend.hydra_overrides import to_overrides
+from unirl.backend.native import NativeFramework, model_location
+from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan
+from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
+
+NAME = "verl"
+CAPABILITIES = Capabilities(
+    native_algorithms=("PPO", "GRPO", "GSPO", "DAPO", "Dr. GRPO", "REINFORCE++", "RLOO", "ReMax", "GPG", "CISPO",
+                       "SAPO"),
+    algorithms=("grpo",),
+    rollout_engines=("vllm", "sglang"),
+    placement=("colocated (hybrid engine)", "disaggregated (trainer.v1.trainer_mode=separate_async)"),
+    modes=("sync", "async (colocate_async, separate_async)"),
+    training_backends=("FSDP", "FSDP2", "Megatron", "TorchTitan", "VeOmni"),
+    multi_node="Ray cluster (ray start; ray job submit python -m verl.trainer.main_ppo trainer.nnodes=N)",
+    custom_reward="reward.custom_reward_function.path/name: compute_score(data_source, solution_str, "
+                  "ground_truth, extra_info, **kw)",
+    runs_on_cpu=False,
+    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
+    loss_aggregations=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+    needs_gpu=True,
+    distribution="verl",
+    tested_version="0.9.1",
+    install="pip install 'verl[vllm]==0.9.1' (pins torch 2.11 + CUDA) or the verlai/verl image",
+    image="verlai/verl:vllm024.latest",
+)
+SUPPORTED_VERSIONS = ">=0.9,<0.10"
+
+A = "actor_rollout_ref.actor"
+R = "actor_rollout_ref.rollout"
+KL_TYPE = {"k1": "k1", "k2": "k2", "k3": "low_var_kl", "low_var_kl": "low_var_kl"}
+LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean",
+            "seq_mean_token_sum_norm": "seq-mean-token-sum-norm"}
+ROLLOUT_DTYPE = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+TRAIN_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+REWARD_MODULE = "pkg://unirl.adapters.verl"
+
+
+def micro_per_gpu(r: Recipe) -> int:
+    """Completions per GPU per forward/backward: the recipe's micro-batch, else one device's share of an update."""
+    a = r.algorithm
+    return a.micro_batch_size or max(1, r.completions_per_step // a.mini_batches_per_step // r.world_size)
+
+
+MAPPING: tuple[Mapping, ...] = (
+    Mapping("algorithm.name", "algorithm.adv_estimator", lambda r: "grpo", native_default="gae"),
+    Mapping("algorithm.steps", "trainer.total_training_steps", lambda r: r.algorithm.steps,
+            "the exported train file holds exactly steps x prompts_per_step prompts", native_default=None),
+    Mapping("algorithm.steps", "trainer.total_epochs", lambda r: 1, "one pass over the exported prompts",
+            native_default=30),
+    Mapping("algorithm.prompts_per_step", "data.train_batch_size", lambda r: r.algorithm.prompts_per_step,
+            "verl counts prompts per step", native_default=1024),
+    Mapping("algorithm.samples_per_prompt", f"{R}.n", lambda r: r.algorithm.samples_per_prompt, native_default=1),
+    Mapping("algorithm.mini_batches_per_step", f"{A}.ppo_mini_batch_size",
+            lambda r: r.algorithm.prompts_per_step // r.algorithm.mini_batches_per_step,
+            "counts prompts: prompts_per_step / mini_batches_per_step (verl multiplies by rollout.n)",
+            supported=lambda r: r.algorithm.prompts_per_step % r.algorithm.mini_batches_per_step == 0,
+            supported_text="mini_batches_per_step dividing prompts_per_step (ppo_mini_batch_size counts prompts)",
+            native_default=256),
+    Mapping("algorithm.micro_batch_size", f"{A}.ppo_micro_batch_size_per_gpu", micro_per_gpu,
+            "completions per GPU per pass; null = one device's share of a mini-batch", native_default=None),
+    Mapping("algorithm.micro_batch_size", f"{R}.log_prob_micro_batch_size_per_gpu", micro_per_gpu,
+            "required by verl unless dynamic batch sizes are on", native_default=None),
+    Mapping("algorithm.micro_batch_size", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro_per_gpu,
+            native_default=None),
+    Mapping("algorithm.epochs_per_batch", f"{A}.ppo_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
+    Mapping("algorithm.lr", f"{A}.optim.lr", lambda r: r.algorithm.lr, native_default=1e-6),
+    Mapping("algorithm.lr_schedule", f"{A}.optim.lr_scheduler_type", lambda r: r.algorithm.lr_schedule,
+            supported=lambda r: r.algorithm.lr_schedule in ("constant", "cosine"),
+            supported_text="constant and cosine (verl/workers/config/optimizer.py)", native_default="constant"),
+    Mapping("algorithm.warmup_steps", f"{A}.optim.lr_warmup_steps", lambda r: r.algorithm.warmup_steps,
+            "optimizer updates", native_default=-1),
+    Mapping("algorithm.weight_decay", f"{A}.optim.weight_decay", lambda r: r.algorithm.weight_decay,
+            native_default=0.01),
+    Mapping("algorithm.max_grad_norm", f"{A}.optim.clip_grad", lambda r: r.algorithm.max_grad_norm,
+            native_default=1.0),
+    Mapping("algorithm.kl_coef", f"{A}.use_kl_loss", lambda r: r.algorithm.kl_coef > 0,
+            "KL as a loss term against the reference policy (GRPO's form)", native_default=False),
+    Mapping("algorithm.kl_coef", f"{A}.kl_loss_coef", lambda r: r.algorithm.kl_coef, native_default=0.001),
+    Mapping("algorithm.kl_coef", "algorithm.use_kl_in_reward", lambda r: False, "GRPO: no KL in the reward",
+            native_default=False),
+    Mapping("algorithm.kl_estimator", f"{A}.kl_loss_type", lambda r: KL_TYPE[r.algorithm.kl_estimator],
+            native_default="low_var_kl"),
+    Mapping("algorithm.clip_low", f"{A}.clip_ratio_low", lambda r: r.algorithm.clip_low, native_default=0.2),
+    Mapping("algorithm.clip_high", f"{A}.clip_ratio_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
+            native_default=0.2),
+    Mapping("algorithm.loss_aggregation", f"{A}.loss_agg_mode", lambda r: LOSS_AGG[r.algorithm.loss_aggregation],
+            native_default="token-mean"),
+    Mapping("algorithm.advantage_norm", "algorithm.norm_adv_by_std_in_grpo",
+            lambda r: r.algorithm.advantage_norm == "group",
+            supported=lambda r: r.algorithm.advantage_norm in ("group", "none"),
+            supported_text="group (divide by the group's std) or none; verl's GRPO has no batch normalisation",
+            native_default=True),
+    Mapping("algorithm.entropy_coef", f"{A}.entropy_coeff", lambda r: r.algorithm.entropy_coef, native_default=0),
+    Mapping("algorithm.temperature", f"{R}.temperature", lambda r: r.algorithm.temperature, native_default=1.0),
+    Mapping("algorithm.top_p", f"{R}.top_p", lambda r: r.algorithm.top_p, native_default=1.0),
+    Mapping("algorithm.max_new_tokens", "data.max_response_length", lambda r: r.algorithm.max_new_tokens,
+            native_default=512),
+    Mapping("data.max_prompt_tokens", "data.max_prompt_length",
+            lambda r: r.data.max_prompt_tokens if r.data.max_prompt_tokens else OMIT,
+            "null: verl's 512, and a longer prompt is an error (data.truncation=error)", native_default=512),
+    Mapping("data.max_prompt_tokens", "data.truncation", lambda r: "left" if r.data.max_prompt_tokens else OMIT,
+            "unirl cuts long prompts from the left", native_default="error"),
+    Mapping("data.chat_template", "(always)", lambda r: True,
+            supported=lambda r: r.data.chat_template,
+            supported_text="data.chat_template=true only: verl 0.9's agent loop always renders the prompt's "
+                           "messages with the chat template"),
+    Mapping("data.train", "data.train_files", lambda r: f"{RUN_DIR}/data/train.parquet",
+            "exported by unirl in verl's row format", native_default="~/data/rlhf/gsm8k/train.parquet"),
+    Mapping("data.eval", "data.val_files",
+            lambda r: f"{RUN_DIR}/data/{'eval' if r.data.eval else 'train'}.parquet",
+            "no eval set: verl still builds a validation loader, so it gets the train file and never runs it",
+            native_default="~/data/rlhf/gsm8k/test.parquet"),
+    Mapping("data.train", "data.shuffle", lambda r: False, "the exported order is already the seeded order",
+            native_default=True),
+    Mapping("seed", "data.seed", lambda r: r.seed, native_default=None),
+    Mapping("model.path", "actor_rollout_ref.model.path", model_location,
+            native_default="~/models/deepseek-llm-7b-chat"),
+    Mapping("model.dtype", f"{A}.fsdp_config.model_dtype",
+            lambda r: TRAIN_DTYPE.get(r.model.dtype, OMIT), "auto: verl's fp32 master weights", native_default="fp32"),
+    Mapping("model.dtype", f"{R}.dtype", lambda r: ROLLOUT_DTYPE.get(r.model.dtype, OMIT), native_default="bfloat16"),
+    Mapping("resources.gradient_checkpointing", "actor_rollout_ref.model.enable_gradient_checkpointing",
+            lambda r: r.resources.gradient_checkpointing, native_default=True),
+    Mapping("rollout.engine", f"{R}.name", lambda r: r.rollout.engine, "mandatory in verl (no default)",
+            native_default="???"),
+    Mapping("rollout.tensor_parallel", f"{R}.tensor_model_parallel_size", lambda r: r.rollout.tensor_parallel,
+            native_default=2),
+    Mapping("rollout.gpu_memory_fraction", f"{R}.gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
+            native_default=0.5),
+    Mapping("rollout.colocated", "actor_rollout_ref.hybrid_engine", lambda r: True,
+            supported=lambda r: r.rollout.colocated,
+            supported_text="colocated rollouts only from a sync recipe: verl 0.9's disaggregated rollout "
+                           "(trainer.v1.trainer_mode=separate_async) is asynchronous", native_default=True),
+    Mapping("resources.nodes", "trainer.nnodes", lambda r: r.resources.nodes, native_default=1),
+    Mapping("resources.gpus_per_node", "trainer.n_gpus_per_node", lambda r: r.resources.gpus_per_node,
+            native_default=8),
+    Mapping("resources.device", "trainer.device", lambda r: "cuda", native_default="cuda"),
+    Mapping("eval.every_steps", "trainer.test_freq",
+            lambda r: r.eval.every_steps if r.eval.every_steps and r.data.eval else -1, native_default=-1),
+    Mapping("eval.before_training", "trainer.val_before_train",
+            lambda r: bool(r.eval.before_training and r.data.eval), native_default=True),
+    Mapping("eval.greedy", f"{R}.val_kwargs.do_sample", lambda r: not r.eval.greedy, native_default=False),
+    Mapping("run.checkpoint_every", "trainer.save_freq", lambda r: r.run.checkpoint_every or -1, native_default=-1),
+    Mapping("run.resume", "trainer.resume_mode", lambda r: "auto" if r.run.resume else "disable",
+            "verl resumes from the latest checkpoint by default", native_default="auto"),
+    Mapping("run.name", "trainer.experiment_name", lambda r: r.run.name, native_default="gsm8k"),
+    Mapping("logging.every_steps", "trainer.logger", lambda r: ["console"],
+            "unirl reads verl's console metrics; add wandb through framework.overrides",
+            native_default=["console", "wandb"]),
+    Mapping("run.name", "trainer.default_local_dir", lambda r: f"{RUN_DIR}/checkpoints",
+            native_default="checkpoints/${trainer.project_name}/${trainer.experiment_name}"),
+    # The reward: verl 0.9 reads reward.custom_reward_function.*; the top-level keys of 0.8 are ignored there.
+    Mapping("rewards", "reward.custom_reward_function.path", lambda r: REWARD_MODULE, versions=">=0.9",
+            native_default=None),
+    Mapping("rewards", "custom_reward_function.path", lambda r: REWARD_MODULE, versions="<0.9", native_default=None),
+    Mapping("rewards", "reward.custom_reward_function.name", lambda r: "compute_score", versions=">=0.9",
+            native_default="compute_score"),
+    Mapping("rewards", "custom_reward_function.name", lambda r: "compute_score", versions="<0.9",
+            native_default="compute_score"),
+    Mapping("rewards", "+reward.custom_reward_function.reward_kwargs.unirl_spec",
+            lambda r: f"{RUN_DIR}/reward_spec.json", "the run's reward spec reaches every reward worker",
+            versions=">=0.9"),
+)
+
+
+class VerlFramework(NativeFramework):
+    name = NAME
+    description = "verl (Volcano Engine): Ray single controller, FSDP/Megatron, vLLM/SGLang rollouts; GPU only"
+    capabilities = CAPABILITIES
+    mapping = MAPPING
+    plugin_package = "unirl.plugins.verl"
+    check_module = "unirl.plugins.verl.native_check"
+    extra_options: ClassVar[dict[str, Any]] = {}
+    supported_versions = SUPPORTED_VERSIONS
+    supported_versions_text = "verl 0.9.x, the release this plugin's mapping table follows"
+
+    def plan(self, recipe: Recipe) -> LaunchPlan:
+        t = self.translation(recipe)
+        version, installed, rows, native = t.version, t.installed, t.rows, t.native
+        self.refuse(t.problems)  # the batch split over GPUs is unirl.recipe.schema.validate's, checked before plan
+        env = self.environment(recipe)
+        pythonpath = ":".join([f"{RUN_DIR}/unirl_core", *env.reward_paths])
+        # Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start.
+        native["+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH"] = pythonpath
+        native["+ray_kwargs.ray_init.runtime_env.env_vars.UNIRL_REWARD_SPEC"] = f"{RUN_DIR}/reward_spec.json"
+        extra = self.overrides(recipe)
+        rows += extra
+        native.update({row.native_key: row.value for row in extra})
+        data = [DataExport("train", recipe.data.train, "verl_parquet", f"{RUN_DIR}/data/train.parquet",
+                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
+        if recipe.data.eval:
+            data.append(DataExport("eval", recipe.data.eval, "verl_parquet", f"{RUN_DIR}/data/eval.parquet"))
+        notes = [
+            "verl renders every prompt with the model's chat template; text prompts become one user message",
+            "prompts are exported in the seeded order unirl uses for every backend; verl's own shuffle is off",
+            "held-out evaluation is verl's validation (pass@1 with val_kwargs), not unirl's greedy eval",
+        ]
+        if recipe.model.path.startswith(BUILTIN_PREFIX):
+            notes.append("the builtin model is written to {run_dir}/model at launch")
+        return self.build_plan(
+            recipe, version=version, installed=installed, native_config={"overrides": native},
+            rows=rows, command=["python", "-m", "verl.trainer.main_ppo", *to_overrides(native)], data=data,
+            notes=notes, files={"model/": "<the builtin model and tokenizer>"}
+            if recipe.model.path.startswith(BUILTIN_PREFIX) else None)
+
+    def schema_problems(self, plan: LaunchPlan) -> list[str]:
+        from unirl.plugins.verl.schema import unknown_keys
+
+        return unknown_keys(plan.native_config["overrides"])

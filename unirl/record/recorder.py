@@ -1,0 +1,37 @@
+"""Built-in plugin: records every run's metrics, trajectories and evaluations in its directory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from unirl.hookspecs import hookimpl
+from unirl.record.layout import EVAL, METRICS, SUMMARY, RunInfo, append_jsonl, write_json
+from unirl.record.trajectory_log import TrajectorySampling
+
+
+@hookimpl
+def unirl_rollouts_scored(run: RunInfo, step: int, records: list[dict[str, Any]]) -> None:
+    logging = run.recipe.get("logging", {})
+    if logging.get("trajectories", True):
+        sampling = TrajectorySampling.from_logging(logging)
+        append_jsonl(run.path(sampling.file_name()), sampling.select(records, step))
+
+
+@hookimpl
+def unirl_metrics(run: RunInfo, step: int, metrics: dict[str, float]) -> None:
+    append_jsonl(run.path(METRICS), [{"step": step, **metrics}])
+
+
+@hookimpl
+def unirl_eval_done(run: RunInfo, step: int, summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    append_jsonl(run.path(EVAL), [{"step": step, "kind": "summary", **summary}])
+    append_jsonl(run.path(EVAL), [{"step": step, "kind": "sample", **r} for r in records])
+
+
+@hookimpl
+def unirl_run_end(run: RunInfo, summary: dict[str, Any]) -> None:
+    write_json(run.path(SUMMARY), summary)
+    if summary.get("state") == "completed" and run.recipe.get("logging", {}).get("plot", True):
+        from unirl.record.plot import plot_run
+
+        plot_run(run.run_dir)
