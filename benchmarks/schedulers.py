@@ -72,7 +72,7 @@ def main() -> None:
     results["local"] = overhead(LocalScheduler(), {"in_process": False}, args.repeats)
     print("local", results["local"])
 
-    from tests.ray_head import RAY_ENV, RayHead
+    from tests.support.ray_head import RAY_ENV, RayHead
 
     os.environ.update(RAY_ENV)
     head = RayHead().start()

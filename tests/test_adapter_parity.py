@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.parity import PARITY_SAMPLES, expected_rows, parity_spec, same
+from tests.adversarial.reward_server import close_server
+from tests.support.parity import PARITY_SAMPLES, expected_rows, parity_spec, same
 from unirl.adapters import common
 from unirl.adapters.common import ERRORS_KEY, native_keys
 from unirl.rewards.spec import RewardRuntimeSpec
@@ -89,8 +90,7 @@ def test_openrlhf_http_server(spec_file: tuple[RewardRuntimeSpec, Path], expecte
                 out = json.loads(response.read())
             rows.append({"score": out["rewards"][0], **{k: v[0] for k, v in out["extra_logs"].items()}})
     finally:
-        server.shutdown()
-        server.server_close()
+        close_server(server)
     assert_parity(rows, expected)
 
 
@@ -261,5 +261,4 @@ def test_http_server_rejects_a_malformed_request(spec_file: tuple[RewardRuntimeS
             urllib.request.urlopen(request, timeout=30)
         assert info.value.code == 422 and json.loads(info.value.read())["field"] == "query"
     finally:
-        server.shutdown()
-        server.server_close()
+        close_server(server)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, run_cli, run_dirs
+from tests.support.cli import run_cli
+from tests.support.helpers import REPO, run_dirs
 
 GPU = ["resources.gpus_per_node=8", "rollout.engine=vllm", "data.chat_template=true"]
 

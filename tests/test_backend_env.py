@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_recipes import gpu_recipe
-from tests.helpers import missing
+from tests.support.backend_recipes import gpu_recipe
+from tests.support.helpers import missing
 from unirl.backend.environment import CORE_DIR, launch_command, stage_light_core
 from unirl.backend.export import canonical_rows, write_export
 from unirl.backend.native import CORE_PACKAGES

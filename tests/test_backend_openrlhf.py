@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_harness
-from tests.parity import PARITY_SAMPLES, expected_rows, parity_spec, same, write_samples
+from tests.adversarial.reward_server import close_server
+from tests.support.helpers import run_harness
+from tests.support.parity import PARITY_SAMPLES, expected_rows, parity_spec, same, write_samples
 from unirl.adapters.openrlhf import ABORT_EXIT_CODE, write_reward_file
 from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec
 
@@ -61,8 +62,7 @@ def test_http_reward_server_through_openrlhf(tmp_path: Path) -> None:
             result = run_harness("openrlhf", "--remote-url", url, "--samples",
                                  str(write_samples(tmp_path / "samples.jsonl")), "--out", str(out))
     finally:
-        server.shutdown()
-        server.server_close()
+        close_server(server)
         for runtime in common._RUNTIMES.values():
             runtime.executor.close()
         common._RUNTIMES.clear()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import unirl.adapters.verl
-from tests.helpers import run_harness
-from tests.parity import PARITY_SAMPLES, expected_rows, parity_spec, same
+from tests.support.helpers import run_harness
+from tests.support.parity import PARITY_SAMPLES, expected_rows, parity_spec, same
 from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow]

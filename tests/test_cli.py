@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli, run_dirs
+from tests.support.cli import run_cli, run_console
+from tests.support.helpers import run_dirs
 
 
 def plan_json(*overrides: str) -> dict:
@@ -47,7 +48,7 @@ def test_unknown_framework_inside_a_sweep_is_caught_too() -> None:
 
 
 def test_plan_prints_the_native_launch_in_human_form() -> None:
-    out = run_cli("plan", "algorithm.lr=1e-4")
+    out = run_console("plan", "algorithm.lr=1e-4")  # the installed console script, as its own process
     assert out.returncode == 0, out.stderr
     for text in ("learning_rate", "0.0001", "num_generations", "per_device_train_batch_size", "math_answer",
                  "builtin:arith@train"):
@@ -60,27 +61,69 @@ def test_plan_is_pure_same_recipe_same_bytes() -> None:
     assert first.stdout == second.stdout
 
 
-@pytest.mark.parametrize("args", [["--help"], ["plan"], ["plan", "--json"], ["plugins"], ["frameworks"]])
-def test_help_and_plan_import_no_heavy_package(args: list[str]) -> None:
+LIGHT_COMMANDS = [["--help"], ["plan"], ["plan", "--json"], ["plugins"], ["frameworks"]]
+
+
+@pytest.fixture(scope="module")
+def heavy_imports() -> dict[str, str]:
+    """Each light command's exit status and the heavy packages imported once it ran, "0 []" when none.
+
+    A fresh interpreter (this one has imported everything), shared by the commands in turn: a heavy import shows
+    at the first command that makes it, as it would in an interpreter of its own.
+    """
     probe = (
         "import sys, io, contextlib\n"
         "from unirl.cli.main import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        f"    rc = main({args!r})\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'trl', 'ray', 'datasets', 'verl', 'openrlhf', 'vllm')"
+        f"for args in {LIGHT_COMMANDS!r}:\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        rc = main(args)\n"
+        "    heavy = sorted(m for m in ('torch', 'transformers', 'trl', 'ray', 'datasets', 'verl', 'openrlhf', 'vllm')"
         " if m in sys.modules)\n"
-        "print(rc, heavy)\n"
+        "    print(' '.join(args), '|', rc, heavy, flush=True)\n"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip() == "0 []", out.stderr
+    found = dict(line.split(" | ", 1) for line in out.stdout.splitlines() if " | " in line)
+    return {" ".join(args): found.get(" ".join(args), f"did not run:\n{out.stderr[-2000:]}") for args in LIGHT_COMMANDS}
+
+
+@pytest.mark.parametrize("args", LIGHT_COMMANDS)
+def test_help_and_plan_import_no_heavy_package(args: list[str], heavy_imports: dict[str, str]) -> None:
+    assert heavy_imports[" ".join(args)] == "0 []"
 
 
 def test_help_lists_verbs_and_installed_options() -> None:
-    out = run_cli("--help")
+    out = run_console("--help")  # the installed console script, as its own process
     assert out.returncode == 0
     assert "plan [--json]" in out.stdout
     assert re.search(r"framework=\{[a-z_,]*trl[a-z_,]*\}", out.stdout)
     assert "recipe={grpo_math}" in out.stdout
+
+
+def test_quiet_keeps_only_warnings_and_errors_on_stderr(isolated: Path) -> None:
+    """unirl's status lines are log records: -q (before the overrides) or UNIRL_LOG_LEVEL=WARNING leaves the error."""
+    normal = run_cli("data.train=./missing.jsonl")
+    assert normal.returncode == 2
+    assert "unirl: checking the recipe, its data and model" in normal.stderr
+    assert "unirl: error: invalid recipe" in normal.stderr and "missing.jsonl': no such file" in normal.stderr
+    for quiet in (run_cli("-q", "data.train=./missing.jsonl"), run_cli("--quiet", "data.train=./missing.jsonl"),
+                  run_cli("data.train=./missing.jsonl", env={"UNIRL_LOG_LEVEL": "WARNING"})):
+        assert quiet.returncode == 2
+        assert "checking the recipe" not in quiet.stderr
+        assert quiet.stderr.startswith("unirl: error: invalid recipe")
+        assert "missing.jsonl': no such file" in quiet.stderr
+    assert not (isolated / "runs").exists()
+
+
+def test_verbose_shows_debug_messages_and_leaves_stdout_alone() -> None:
+    normal = run_cli("plan", "--json")
+    assert normal.returncode == 0 and normal.stderr == ""
+    for flag in ("-v", "--verbose"):
+        verbose = run_cli(flag, "plan", "--json")
+        assert verbose.returncode == 0, verbose.stderr
+        assert "unirl: verb plan, arguments: --json" in verbose.stderr
+        assert "unirl: planned a trl run: python -m unirl.plugins.trl.runner" in verbose.stderr
+        assert verbose.stdout == normal.stdout  # the plan itself is the command's output, not a message
+    assert "-v, --verbose" in run_cli("--help").stdout and "-q, --quiet" in run_cli("--help").stdout
 
 
 def test_typo_in_a_key_is_an_error_naming_the_key(isolated: Path) -> None:

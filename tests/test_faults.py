@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_jsonl
+from tests.support.cli import run_cli
+from tests.support.helpers import read_jsonl
 
 pytestmark = [pytest.mark.train, pytest.mark.slow]
 LONG = ["algorithm.steps=100000", "eval.before_training=false", f"framework.python={sys.executable}"]
 
 
 def start_run(cwd: Path) -> subprocess.Popen[str]:
+    """The run as its own process: the test kills its backend with SIGKILL, or stops it, from outside."""
     return subprocess.Popen([sys.executable, "-m", "unirl.cli.main", *LONG], cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ})
 
@@ -56,8 +58,7 @@ def test_a_backend_killed_with_sigkill_is_a_failed_run_with_its_log_tail(isolate
 def test_unirl_stop_cancels_a_running_local_child(isolated: Path) -> None:
     unirl = start_run(isolated)
     run_dir = wait_for_steps(isolated / "runs", 2)
-    stopped = subprocess.run([sys.executable, "-m", "unirl.cli.main", "stop", str(run_dir)], capture_output=True,
-                             text=True, timeout=120)
+    stopped = run_cli("stop", str(run_dir))  # a second command, as from another terminal
     assert stopped.returncode == 0, stopped.stderr
     assert "stopped process" in stopped.stdout
     unirl.communicate(timeout=120)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_jsonl, run_cli, run_dirs
+from tests.support.cli import run_cli
+from tests.support.helpers import read_jsonl, require_module, run_dirs
 
-torch = pytest.importorskip("torch")
+torch = require_module("torch", "pip install torch==2.13.0, then pip install -e '.[trl]'")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.golden import assert_golden
 from unirl.backend.export import CanonicalRow, nemo_rl_row
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
@@ -102,12 +103,7 @@ def overrides(recipe: Recipe) -> dict[str, Any]:
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_plan_matches_its_golden_file(variant: str) -> None:
     text = plan(VARIANTS[variant]).to_json() + "\n"
-    path = GOLDEN / f"{variant}.json"
-    if os.environ.get("UNIRL_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    assert path.is_file(), f"no golden file {path}; run with UNIRL_UPDATE_GOLDEN=1 to write it"
-    assert text == path.read_text(encoding="utf-8"), f"{variant}: plan differs from {path} (UNIRL_UPDATE_GOLDEN=1)"
+    assert_golden(GOLDEN / f"{variant}.json", text)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_recipes import gpu_recipe
-from tests.helpers import REPO, point_at_backend
+from tests.support.backend_recipes import gpu_recipe
+from tests.support.helpers import REPO, point_at_backend
 from unirl.errors import FieldError, RecipeInvalid
 from unirl.host.manager import get_host
+from unirl.host.planning import prepare_run
 from unirl.plugins.openrlhf.framework import OpenRlhfFramework, option_schema
 from unirl.plugins.openrlhf.resources import gpu_demand
 
@@ -169,7 +170,7 @@ def test_prepared_prompts_go_through_openrlhfs_dataset_and_the_reward_file(openr
     monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)  # no GPU here; everything else is real
     plan = plan_for(algorithm={"steps": 3, "prompts_per_step": 8})
     run_dir = tmp_path / "run"
-    resolved = OPENRLHF.prepare(plan, run_dir, get_host())
+    resolved = prepare_run(get_host(), plan, run_dir)
     assert (run_dir / "openrlhf_reward.py").is_file() and (run_dir / "data" / "train.jsonl").is_file()
     [result] = OPENRLHF.check_in_backend([resolved], run_dir=str(run_dir))
     assert result["problems"] == [], result

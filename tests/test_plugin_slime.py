@@ -8,13 +8,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
-import os
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
+from tests.support.golden import assert_golden
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import RecipeInvalid, UnirlError
 from unirl.plugins.slime.framework import SlimeFamily, SlimeFramework, VimeFramework
@@ -70,13 +70,7 @@ def value(args: list[str], flag: str) -> str:
 def test_plan_matches_golden(backend: str, name: str) -> None:
     plan = plan_of(backend, variant(backend, name))
     BACKENDS[backend][0].validate(plan)  # the key schema accepts every generated plan
-    path = GOLDEN / backend / f"{name}.json"
-    text = plan.to_json() + "\n"
-    if os.environ.get("UNIRL_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"{path} is missing: run with UNIRL_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path} differs from the plan: review, then rerun with UNIRL_UPDATE_GOLDEN=1"
+    assert_golden(GOLDEN / backend / f"{name}.json", plan.to_json() + "\n")
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))

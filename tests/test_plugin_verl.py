@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.backend_recipes import gpu_recipe
-from tests.helpers import REPO, point_at_backend
+from tests.support.backend_recipes import gpu_recipe
+from tests.support.helpers import REPO, point_at_backend
 from unirl.backend.contract import translate
 from unirl.errors import RecipeInvalid
 from unirl.host.manager import get_host
+from unirl.host.planning import prepare_run
 from unirl.plugins.verl.framework import MAPPING, VerlFramework
 from unirl.plugins.verl.schema import known_keys, unknown_keys
 
@@ -97,7 +98,7 @@ def test_the_launch_command_is_main_ppo_with_hydra_overrides() -> None:
 def test_launch_fails_before_starting_when_the_gpus_are_missing(tmp_path: Path) -> None:
     plan = VERL.plan(gpu_recipe("verl"))
     with pytest.raises(Exception, match=r"verl expects 8 GPU\(s\) on this node .* and found 0"):
-        VERL.prepare(plan, tmp_path / "run", get_host())
+        prepare_run(get_host(), plan, tmp_path / "run")
     assert not (tmp_path / "run").exists()  # nothing was written
 
 
@@ -170,7 +171,7 @@ def test_prepared_run_directory_is_read_and_scored_by_verls_own_code(verl_python
     monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)
     plan = VERL.plan(gpu_recipe("verl", algorithm={"steps": 3, "prompts_per_step": 8}))
     run_dir = tmp_path / "run"
-    resolved = VERL.prepare(plan, run_dir, get_host())
+    resolved = prepare_run(get_host(), plan, run_dir)
     assert (run_dir / "data" / "train.parquet").is_file() and (run_dir / "model" / "config.json").is_file()
     assert (run_dir / "unirl_core" / "unirl" / "adapters" / "verl.py").is_file()
     assert json.loads((run_dir / "reward_spec.json").read_text())["policy"]["on_error"] == "fallback"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_jsonl, run_cli
+from tests.support.cli import run_cli
+from tests.support.helpers import read_jsonl
 from unirl.launch.resume import latest_trainer_checkpoint, resume_overrides
 from unirl.record.layout import append_jsonl, truncate_after
 from unirl.record.layout import read_jsonl as read_jsonl_of_run

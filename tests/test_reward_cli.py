@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 SAMPLES = [
     {"prompt": "2+2=", "completion": "4", "reference": "4"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
 
 
 def test_a_reward_file_named_in_the_recipe_registers_its_rewards(isolated: Path) -> None:

@@ -26,6 +26,7 @@ from tests.adversarial.reward_server import (
     SECRET,
     Connection,
     assert_serves,
+    close_server,
     exchange,
     expected_total,
     request,
@@ -33,8 +34,8 @@ from tests.adversarial.reward_server import (
     running,
     scored_calls,
 )
-from tests.helpers import REPO, run_harness
-from tests.parity import PARITY_SAMPLES, expected_rows, parity_spec, same, write_samples
+from tests.support.helpers import REPO, run_harness
+from tests.support.parity import PARITY_SAMPLES, expected_rows, parity_spec, same, write_samples
 from unirl.adapters import common
 from unirl.adapters import openrlhf_server as server_module
 from unirl.adapters.openrlhf import ABORT_EXIT_CODE
@@ -51,8 +52,7 @@ def parity_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[R
     monkeypatch.setenv(common.SPEC_ENV, str(parity_spec().write(tmp_path / "reward_spec.json")))
     server = serve("127.0.0.1", 0)
     yield server
-    server.shutdown()
-    server.server_close()
+    close_server(server)
     for runtime in common._RUNTIMES.values():
         runtime.executor.close()
     common._RUNTIMES.clear()
@@ -310,8 +310,7 @@ def test_openrlhf_client_gets_the_right_scores_through_the_secret_path(tmp_path:
             refused = _openrlhf_rows(tmp_path / "wrong.json")
             counts = dict(server.counts)
         finally:
-            server.shutdown()
-            server.server_close()
+            close_server(server)
             for runtime in common._RUNTIMES.values():
                 runtime.executor.close()
             common._RUNTIMES.clear()

@@ -9,7 +9,8 @@ import pytest
 
 import unirl
 import unirl.errors
-from tests import reward_fixtures as fx
+from tests.support import reward_fixtures as fx
+from tests.support.helpers import require_module
 from unirl.plugins.builtin_rewards.formats import bare_number, format_match, length_penalty
 from unirl.plugins.builtin_rewards.math_answer import extract_answer, math_answer
 
@@ -47,6 +48,7 @@ def test_bare_number_needs_a_finished_bare_number() -> None:
 
 
 def test_math_verify_compares_expressions_symbolically_off_the_main_thread() -> None:
+    require_module("math_verify", "pip install -e '.[math]'")
     results: list[unirl.RewardResult] = []
 
     def score() -> None:  # math-verify's default SIGALRM timeout would raise here; unirl switches it off
@@ -92,7 +94,7 @@ def test_decorator_kinds_and_direct_calls() -> None:
     assert fx.exact(sample).score == 1.0
     assert fx.char_count(sample).score == 3.0
     assert fx.awaits(sample, delay_s=0.0).score == 2.0
-    assert fx.exact.ref == "tests.reward_fixtures:exact"
+    assert fx.exact.ref == "tests.support.reward_fixtures:exact"
 
 
 def test_bad_results_are_errors_not_zeros() -> None:

@@ -181,6 +181,7 @@ def test_a_resume_may_change_where_it_runs_but_not_what_it_trains() -> None:
 
 def test_a_detached_jobs_state_comes_from_its_scheduler_and_no_answer_is_no_answer() -> None:
     from unirl.launch.run_lock import detached_job_active
+    from unirl.launch.scheduler import SchedulerBase
 
     class Asked:
         def __init__(self, answer: object) -> None:
@@ -195,7 +196,7 @@ def test_a_detached_jobs_state_comes_from_its_scheduler_and_no_answer_is_no_answ
     assert detached_job_active(Asked(False), {}) is False
     assert detached_job_active(Asked("yes"), {}) is None
     assert detached_job_active(Asked(UnirlError("unreachable")), {}) is None
-    assert detached_job_active(object(), {}) is None  # a scheduler without active(): cannot tell
+    assert detached_job_active(SchedulerBase(), {}) is None  # a scheduler without its own active(): cannot tell
 
 
 def test_the_run_name_rule() -> None:

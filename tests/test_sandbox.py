@@ -67,9 +67,11 @@ def test_a_trivial_program_runs_isolated(host: HostWatch) -> None:
 def test_an_unresponsive_program_is_killed_at_the_wall_clock_limit(host: HostWatch) -> None:
     result = run_sandboxed("import time\ntime.sleep(600)", limits=QUICK)
     assert result.status == "timeout" and "wall-clock" in result.reason
-    # The clock starts at exec: the program had its whole second (no start-up eaten), and not much more.
-    assert QUICK.wall_seconds <= result.wall_seconds < QUICK.wall_seconds + 0.5
-    assert result.kill_seconds is not None and result.kill_seconds < 0.5
+    # The clock starts at exec: the program had its whole second (no start-up eaten), and was then killed: the kill
+    # was measured and nothing of the run is left (below). How fast it goes is benchmarks/sandbox.py's to measure:
+    # a deadline here fails on a loaded machine with nothing wrong.
+    assert result.wall_seconds >= QUICK.wall_seconds
+    assert result.kill_seconds is not None
     host.assert_back_to_normal()
 
 
@@ -95,8 +97,7 @@ def test_gigabytes_of_output_are_capped(host: HostWatch, stream: str) -> None:
     result = run_sandboxed(flood, limits=SandboxLimits(wall_seconds=30, max_output_bytes=1 << 18))
     assert result.status == "output_limit" and stream in result.reason
     assert len(getattr(result, stream)) == 1 << 18
-    assert getattr(result, f"{stream}_truncated")
-    assert result.wall_seconds < 30  # killed at the cap, not at the timeout
+    assert getattr(result, f"{stream}_truncated")  # and killed at the cap: the status is not the wall-clock timeout
     host.assert_back_to_normal()
 
 

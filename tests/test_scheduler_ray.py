@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_jsonl, require_module, run_cli, run_dirs
-from tests.ray_head import RAY_ENV, RayHead, free_port
+from tests.support.cli import run_cli
+from tests.support.helpers import read_jsonl, require_module, run_dirs
+from tests.support.ray_head import RAY_ENV, RayHead, free_port
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 SHORT = ["algorithm.steps=3", "algorithm.prompts_per_step=2", "algorithm.samples_per_prompt=4",

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import require_module, run_cli
+from tests.support.cli import run_cli, run_console
+from tests.support.helpers import require_module
 
 SHORT = ["algorithm.steps=3", "algorithm.prompts_per_step=2", "algorithm.samples_per_prompt=4",
          "eval.before_training=false", "logging.progress=false"]
@@ -23,8 +24,9 @@ def sweep_dir(root: Path) -> Path:
 @pytest.mark.slow
 def test_a_2x2_sweep_through_joblib_runs_in_parallel_workers_and_compares(isolated: Path) -> None:
     require_module("hydra_plugins.hydra_joblib_launcher", "pip install -e '.[ray,sweep]'")
-    out = run_cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "algorithm.lr=1e-4,3e-4", "seed=0,1",
-                  *SHORT)
+    # Its own process: joblib's loky workers outlive the sweep for reuse, and must not become this process's.
+    out = run_console("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "algorithm.lr=1e-4,3e-4",
+                      "seed=0,1", *SHORT)
     assert out.returncode == 0, out.stderr[-3000:]
     sweep = sweep_dir(isolated)
     outcomes = [json.loads((sweep / str(i) / "outcome.json").read_text()) for i in range(4)]
@@ -71,9 +73,10 @@ def test_compare_of_a_directory_without_members_is_a_clear_error(isolated: Path)
 def test_a_2x2_sweep_through_submitit_on_slurm(isolated: Path, slurm_cluster: str) -> None:
     """Each member is its own Slurm job (submitit's sbatch array); outcomes come back from the compute node."""
     require_module("hydra_plugins.hydra_submitit_launcher", "pip install -e '.[ray,sweep]'")
-    out = run_cli("-m", "hydra/launcher=submitit_slurm", f"hydra.launcher.partition={slurm_cluster}",
-                  "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
-                  "algorithm.lr=1e-4,3e-4", "seed=0,1", *SHORT, timeout=900)
+    # Its own process, as every launcher sweep here: submitit's workers are the launching process's.
+    out = run_console("-m", "hydra/launcher=submitit_slurm", f"hydra.launcher.partition={slurm_cluster}",
+                      "hydra.launcher.timeout_min=10", "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=1",
+                      "algorithm.lr=1e-4,3e-4", "seed=0,1", *SHORT, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     sweep = sweep_dir(isolated)
     outcomes = [json.loads((sweep / str(i) / "outcome.json").read_text()) for i in range(4)]
@@ -87,8 +90,9 @@ def test_a_2x2_sweep_through_submitit_on_slurm(isolated: Path, slurm_cluster: st
 @pytest.mark.slow
 def test_a_sweep_through_submitit_local_processes(isolated: Path) -> None:
     require_module("hydra_plugins.hydra_submitit_launcher", "pip install -e '.[ray,sweep]'")
-    out = run_cli("-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "seed=0,1", *SHORT,
-                  timeout=600)
+    # Its own process: submitit's local jobs are children of the launching process.
+    out = run_console("-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "seed=0,1", *SHORT,
+                      timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     sweep = sweep_dir(isolated)
     assert [json.loads((sweep / str(i) / "outcome.json").read_text())["state"] for i in range(2)] == ["completed"] * 2

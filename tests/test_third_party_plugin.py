@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_cli
+from tests.support.cli import run_console as run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "unirl-reward-example"
 

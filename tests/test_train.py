@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import read_jsonl, run_cli, run_dirs
+from tests.support.cli import run_cli, run_console
+from tests.support.helpers import read_jsonl, run_dirs
 
 pytestmark = pytest.mark.train
 
@@ -84,10 +85,11 @@ def test_a_local_model_directory_and_jsonl_data_train_like_a_users_run(isolated:
     rows = [{"question": f"{a}+{b}=", "solution": str(a + b)} for a in range(5) for b in range(5)]
     (isolated / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (isolated / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:6]))
-    out = run_cli(f"model.path={model_dir}", "data.train=train.jsonl", "data.eval=test.jsonl",
-                  "data.prompt_key=question", "data.answer_key=solution", "algorithm.steps=3",
-                  "algorithm.prompts_per_step=4", "algorithm.samples_per_prompt=4", "algorithm.max_new_tokens=3",
-                  cwd=isolated)
+    # The installed console script as its own process: one real training run exactly as a user starts it.
+    out = run_console(f"model.path={model_dir}", "data.train=train.jsonl", "data.eval=test.jsonl",
+                      "data.prompt_key=question", "data.answer_key=solution", "algorithm.steps=3",
+                      "algorithm.prompts_per_step=4", "algorithm.samples_per_prompt=4", "algorithm.max_new_tokens=3",
+                      cwd=isolated)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "step 3/3  reward" in out.stderr  # progress, as plain lines when not on a terminal
     [run_dir] = run_dirs(isolated / "runs")
@@ -129,6 +131,7 @@ def test_a_raising_reward_is_counted_and_logged_and_can_abort_the_run(isolated: 
 
 
 def test_ctrl_c_stops_the_run_cleanly_and_keeps_what_was_written(isolated: Path) -> None:
+    """Its own process: Ctrl-C (SIGINT) goes to the whole command, which this test process must not be."""
     import os
     import signal
     import subprocess
@@ -200,3 +203,48 @@ def test_a_reward_file_named_in_the_recipe_trains_and_a_hung_call_times_out(isol
     assert summary["reward_errors_by_kind"] == {"timeout": len(hung)}
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["rewards"]["shape"]["file"] == str(isolated / "my_rewards.py")
+
+
+def test_the_runs_messages_reach_its_cli_log_and_the_terminal(isolated: Path) -> None:
+    """unirl's messages go to stderr as always and, through Hydra's job logging, into the run directory's cli.log,
+    those from before Hydra started (the preflight) included; -q quiets the terminal, not the record."""
+    short = ("algorithm.steps=2", "eval.every_steps=0")
+    messages = ("checking the recipe, its data and model, and the backend's own validation",
+                "loading rewards: math_answer, numeric_closeness, bare_number",
+                "loading the model builtin:tiny-arith")
+    out = run_cli(*short, "hydra.run.dir=runs/logged", cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = (isolated / "runs/logged/cli.log").read_text()
+    for message in messages:
+        assert f"unirl: {message}\n" in out.stderr
+        assert f"[INFO] - {message}\n" in log
+    assert "][unirl.plugins.trl.runner][INFO] - loading the model builtin:tiny-arith" in log
+    assert "[INFO]" not in out.stdout and "[INFO]" not in out.stderr  # the file's format stays in the file
+    assert "run directory:" in out.stdout  # the summary is the command's output
+
+    quiet = run_cli("-q", *short, "hydra.run.dir=runs/quiet", cwd=isolated)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert not any(message in quiet.stderr for message in messages)
+    quiet_log = (isolated / "runs/quiet/cli.log").read_text()
+    assert all(f"[INFO] - {message}\n" in quiet_log for message in messages)
+
+    verbose = run_cli("-v", *short, "hydra.run.dir=runs/verbose", cwd=isolated)
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert "unirl: submitting the trl run to the local scheduler in" in verbose.stderr
+    assert "][unirl.cli.run][DEBUG] - submitting the trl run to the local scheduler in" in \
+        (isolated / "runs/verbose/cli.log").read_text()
+
+
+def test_a_backend_child_process_inherits_the_verbosity(isolated: Path) -> None:
+    """-q reaches the backend's own interpreter through UNIRL_LOG_LEVEL: its status lines are left out there too."""
+    import sys
+
+    child = (f"framework.python={sys.executable}", "algorithm.steps=1", "algorithm.prompts_per_step=2",
+             "algorithm.samples_per_prompt=4", "eval.before_training=false", "eval.every_steps=0")
+    out = run_cli(*child, "hydra.run.dir=runs/child", cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "unirl: loading the model builtin:tiny-arith" in (isolated / "runs/child/backend.log").read_text()
+    quiet = run_cli("-q", *child, "hydra.run.dir=runs/child_quiet", cwd=isolated)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert "loading the model" not in quiet.stdout + quiet.stderr
+    assert "loading the model" not in (isolated / "runs/child_quiet/backend.log").read_text()

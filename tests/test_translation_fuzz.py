@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.backend_recipes import gpu_recipe
-from tests.helpers import point_at_backend
+from tests.support.backend_recipes import gpu_recipe
+from tests.support.helpers import point_at_backend
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.host.manager import get_host
@@ -109,11 +109,10 @@ def test_every_accepted_recipe_fits_the_backends_key_schema(framework: str) -> N
     assert len(plans) >= 5, f"the strategy should reach accepted recipes for {framework}, got {len(plans)}"
 
 
-@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
-def test_every_accepted_recipe_passes_the_backends_own_checks(framework: str, monkeypatch: pytest.MonkeyPatch,
-                                                              request: pytest.FixtureRequest) -> None:
-    request.applymarker(getattr(pytest.mark, framework))
-    request.applymarker(pytest.mark.slow)
+# Marked at collection (a marker applied while the test runs is too late for -m to deselect it).
+@pytest.mark.parametrize("framework", [pytest.param(name, marks=[getattr(pytest.mark, name), pytest.mark.slow])
+                                       for name in ("verl", "openrlhf")])
+def test_every_accepted_recipe_passes_the_backends_own_checks(framework: str, monkeypatch: pytest.MonkeyPatch) -> None:
     point_at_backend(monkeypatch, framework)
     plans = accepted_plans(framework, 150)
     assert len(plans) >= 20

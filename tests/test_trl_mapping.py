@@ -10,6 +10,8 @@ import pytest
 
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import RecipeInvalid, UnirlError
+from unirl.host.manager import get_host
+from unirl.host.planning import prepare_run
 from unirl.plugins.trl.framework import TrlFramework, launch_args
 from unirl.recipe.schema import AlgorithmConfig, Recipe, ResourcesConfig, RolloutConfig, RunSection
 
@@ -123,4 +125,4 @@ def test_launches_this_plugin_cannot_make_yet_are_refused_not_ignored() -> None:
 def test_resume_plans_and_is_refused_before_launch_when_the_run_directory_has_no_checkpoint(tmp_path: Path) -> None:
     plan = TrlFramework().plan(Recipe(run=RunSection(resume=True, checkpoint_every=5)))
     with pytest.raises(UnirlError, match=r"run\.resume=true: no complete checkpoint in .*trl \(run directory "):
-        TrlFramework().prepare(plan, tmp_path, host=None)
+        prepare_run(get_host(), plan, tmp_path)

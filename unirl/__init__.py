@@ -3,8 +3,12 @@
 Importing unirl is cheap: it never imports torch, transformers, ray or any backend.
 """
 
+from unirl import logs as _logs
 from unirl.hookspecs import hookimpl
 from unirl.rewards.contract import RewardResult, Sample, reward
 
 __version__ = "0.1.0"
+
 __all__ = ["RewardResult", "Sample", "__version__", "hookimpl", "reward"]
+
+_logs.configure()  # unirl's messages on stderr in every process that imports it (see unirl.logs)

@@ -4,6 +4,19 @@ Registration hooks follow tox's registrar pattern: the host passes a registry an
 to it in one line, e.g. ``registry.add(MyFramework())``. Lifecycle hooks are called in the process
 that runs the backend, so loggers and trajectory sinks see every backend the same way.
 Implementations may accept any subset of a hook's arguments.
+
+How they are called (:mod:`unirl.host.calls`): each plugin's implementation on its own, through pluggy's call loop
+and in its order (``tryfirst``/``trylast`` hold). A registrar implementation receives a registry bound to its
+plugin, so every entry records who added it. A lifecycle implementation that raises is reported once on stderr,
+counted in the summary's ``plugin_errors`` and skipped: the run and its scoring go on. Wrapper implementations
+(``wrapper=True``, ``hookwrapper=True``) are refused when the plugin loads, since there would be nothing to wrap.
+``UNIRL_TRACE_PLUGINS=1`` prints every call.
+
+Where lifecycle hooks fire: in TRL's runner for the whole run (``run.role == "run"``); in every process of a native
+backend that scores rewards (``run.role == "scorer"``: verl's reward workers, OpenRLHF's engine actors, NeMo RL's
+environment actor, slime's rollout process), which fires ``unirl_run_start`` when it first scores,
+``unirl_rollouts_scored`` for each batch it scores and ``unirl_run_end`` when it exits or the reward policy aborts.
+Those processes load the plugins the host staged with the light core (see :mod:`unirl.backend.environment`).
 """
 
 from __future__ import annotations
@@ -13,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from hydra.core.config_store import ConfigStore
+
     from unirl.backend.contract import Framework
     from unirl.backend.rollout import RolloutEngine
     from unirl.host.registry import Registry
@@ -35,7 +50,7 @@ def unirl_add_frameworks(registry: Registry[Framework]) -> None:
 
 @hookspec
 def unirl_add_rollout_engines(registry: Registry[RolloutEngine]) -> None:
-    """Add rollout (generation) engines such as HF generate, vLLM or SGLang to the registry."""
+    """Add rollout (generation) engines such as HF generate, vLLM or SGLang; a recipe's ``rollout.engine`` is one."""
 
 
 @hookspec
@@ -53,12 +68,14 @@ def unirl_add_schedulers(registry: Registry[Scheduler]) -> None:
 
 @hookspec
 def unirl_run_start(run: RunInfo) -> None:
-    """A run is about to train: its directory, recipe and plan are known."""
+    """A run (or, for ``run.role == "scorer"``, this process's part of it) is starting: directory and recipe known."""
 
 
 @hookspec
-def unirl_rollouts_scored(run: RunInfo, step: int, records: list[dict[str, Any]]) -> None:
-    """A batch of rollouts was scored; one record per completion with every reward component."""
+def unirl_rollouts_scored(run: RunInfo, step: int | None, records: list[dict[str, Any]]) -> None:
+    """A batch of rollouts was scored; one record per completion with every reward component.
+
+    ``step`` is the training step, or None where the backend does not say (native adapters score per call)."""
 
 
 @hookspec
@@ -73,13 +90,14 @@ def unirl_eval_done(run: RunInfo, step: int, summary: dict[str, Any], records: l
 
 @hookspec
 def unirl_run_end(run: RunInfo, summary: dict[str, Any]) -> None:
-    """A run ended (``summary["state"]`` is completed, failed or interrupted)."""
+    """A run (or a scorer's part) ended (``summary["state"]`` is completed, failed or interrupted)."""
 
 
 # --- configuration ---------------------------------------------------------------------------
 
 
 @hookspec
-def unirl_add_configs(config_store: Any) -> None:
-    """Store extra Hydra config nodes (groups, options) before the command line is composed."""
-
+def unirl_add_configs(config_store: ConfigStore, frameworks: Registry[Framework],
+                      schedulers: Registry[Scheduler]) -> None:
+    """Store Hydra config nodes (groups, options) in ``config_store`` (Hydra's ConfigStore) before the command line
+    is composed; unirl's own implementation stores one ``framework=<name>`` and ``scheduler=<name>`` option each."""

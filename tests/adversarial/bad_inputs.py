@@ -5,15 +5,14 @@ problems of one command are reported at once."""
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.adversarial import Case
+from tests.support.cli import run_cli
 
 AREA = "bad input (data, model, recipe, CLI)"
 ROWS = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(40)]
@@ -23,28 +22,8 @@ SMALL = ["algorithm.steps=2", "algorithm.prompts_per_step=2", "algorithm.samples
 
 def cli(tmp: Path, *argv: str) -> tuple[int, str, str]:
     """``unirl ARGV`` in this process, from ``tmp``, with its own runs directory; (exit code, stdout, stderr)."""
-    from unirl.cli.main import main
-    from unirl.host.manager import reset_host
-
-    reset_host()
-    out, err = io.StringIO(), io.StringIO()
-    cwd, env = os.getcwd(), os.environ.get("UNIRL_RUNS_DIR")
-    os.chdir(tmp)
-    os.environ["UNIRL_RUNS_DIR"] = str(tmp / "runs")
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = main(list(argv))
-            except SystemExit as exc:  # argparse's own exits (--help, a usage error)
-                code = int(exc.code or 0)
-    finally:
-        os.chdir(cwd)
-        if env is None:
-            os.environ.pop("UNIRL_RUNS_DIR", None)
-        else:
-            os.environ["UNIRL_RUNS_DIR"] = env
-        reset_host()
-    return code, out.getvalue(), err.getvalue()
+    out = run_cli(*argv, cwd=tmp, env={"UNIRL_RUNS_DIR": str(tmp / "runs")})
+    return out.returncode, out.stdout, out.stderr
 
 
 def refused(argv: Callable[[Path], list[str]], *expected: str, code: int = 2) -> Callable[[Path], None]:

@@ -80,7 +80,8 @@ def runtime_fails(rewards: list[RewardFunction | RewardEntry], text: str, pol: R
         assert text in str(exc), f"{text!r} not in the error: {exc}"
     else:
         raise AssertionError("the runtime failure was not reported")
-    assert time.monotonic() - start < DEADLINE_S
+    took = time.monotonic() - start
+    assert took < DEADLINE_S, f"the failure took {took:.0f} s to be reported: the executor waited past every deadline"
 
 
 # --- info that cannot cross a pipe ---------------------------------------------------------------------------------
@@ -213,7 +214,7 @@ def killed_from_outside_while_fed(tmp: Path) -> None:
     try:
         deadline = time.monotonic() + 8
         rounds = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or rounds < 3:  # 8 s of sniping, and 3 rounds however slow the machine
             batch = [unirl.Sample(prompt="q", completion=str(i)) for i in range(64)]
             done: list[object] = []
             caller = threading.Thread(target=lambda b=batch, d=done: d.append(_catch(lambda: executor.score(b))),
@@ -226,7 +227,7 @@ def killed_from_outside_while_fed(tmp: Path) -> None:
             assert len(result) == 64 and all(  # type: ignore[arg-type]
                 s.scores["fine"] == 1.0 or s.error_kinds.get("fine") == "crash" for s in result)  # type: ignore[union-attr]
             rounds += 1
-        assert rounds >= 3 and executor.stats.worker_restarts >= 1, (rounds, executor.stats)
+        assert executor.stats.worker_restarts >= 1, (rounds, executor.stats)
     finally:
         stop.set()
         thread.join()
@@ -288,9 +289,8 @@ def reward_file(tmp: Path, body: str, name: str = "rf", returns: str = "return 1
 
 
 def import_hangs(tmp: Path) -> None:
-    start = time.monotonic()
+    # The error names startup_timeout_s: the start-up deadline ended the 600 s import, nothing later did.
     runtime_fails([reward_file(tmp, "import time\ntime.sleep(600)")], "startup_timeout_s", policy(startup_timeout_s=3))
-    assert time.monotonic() - start < 20
 
 
 def import_raises(tmp: Path) -> None:
@@ -350,6 +350,8 @@ def daemon_dies_with_executor(tmp: Path) -> None:
 # --- the CLI ---------------------------------------------------------------------------------------------------------
 
 def reward_test(tmp: Path, name: str, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``unirl reward test NAME --json`` as its own process: what these cases test is its real stdout, a pipe that a
+    reader waits on until every process holding it is gone."""
     samples = tmp / "samples.jsonl"
     samples.write_text('{"completion": "1", "reference": "1", "metadata": {"pid_file": "%s"}}\n' % (tmp / "d.pid"))
     return subprocess.run([sys.executable, "-m", "unirl.cli.main", "reward", "test", name, "--file",
@@ -367,10 +369,11 @@ def prints_do_not_corrupt_json(tmp: Path) -> None:
 
 def daemon_does_not_hold_stdout(tmp: Path) -> None:
     """`unirl reward test | jq` must end: a daemon the reward left holding stdout would keep the pipe open."""
-    start = time.monotonic()
-    out = reward_test(tmp, "spawns_daemon", timeout=30)
+    try:
+        out = reward_test(tmp, "spawns_daemon", timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("`unirl reward test` never closed its stdout: the reward's daemon held it") from None
     assert out.returncode == 0, out.stderr[-2000:]
-    assert time.monotonic() - start < 30
     daemon = int((tmp / "d.pid").read_text())
     deadline = time.monotonic() + 10
     while psutil.pid_exists(daemon) and psutil.Process(daemon).status() != psutil.STATUS_ZOMBIE:
@@ -382,8 +385,8 @@ def daemon_does_not_hold_stdout(tmp: Path) -> None:
 
 def user_reward_in_default_recipe_gets_a_timeout(tmp: Path) -> None:
     from unirl.host.manager import get_host, reset_host
-    from unirl.recipe.compose import compose, to_recipe
-    from unirl.rewards.spec import spec_from_recipe
+    from unirl.host.planning import compose, spec_from_recipe
+    from unirl.recipe.compose import to_recipe
 
     reset_host()
     (tmp / "mine.py").write_text("import time, unirl\n@unirl.reward('mine')\ndef mine(sample):\n"
@@ -393,7 +396,7 @@ def user_reward_in_default_recipe_gets_a_timeout(tmp: Path) -> None:
     os.chdir(tmp)
     try:
         recipe = to_recipe(compose(host, ["rewards=[{name:mine,file:./mine.py}]", "reward_policy.timeout_s=0.5"]))
-        spec = spec_from_recipe(recipe, host.rewards, "trl")
+        spec = spec_from_recipe(recipe, host.rewards, can_exclude=True)  # TRL leaves a failed reward out
     finally:
         os.chdir(cwd)
     assert not spec.rewards[0].inline, "a user's reward must not inherit in-thread scoring"

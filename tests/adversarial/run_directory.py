@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.adversarial import Case
+from tests.support.cli import run_cli
 
 AREA = "run directory (concurrent writers, resume, stop, names)"
 TRAIN = ("train", "slow")
@@ -95,14 +95,8 @@ def workspace(tmp: Path) -> Iterator[Path]:
 
 def cli(*args: str) -> tuple[int, str, str]:
     """``unirl ARGS`` in this process: (exit code, stdout, stderr)."""
-    from unirl.cli.main import main
-    from unirl.host.manager import reset_host
-
-    out, err = io.StringIO(), io.StringIO()
-    reset_host()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
+    out = run_cli(*args)
+    return out.returncode, out.stdout, out.stderr
 
 
 _LOGS: dict[int, Path] = {}

@@ -1,17 +1,32 @@
-"""What every backend adapter shares: the process-wide executor for a spec, the trajectory log, native rows."""
+"""What every backend adapter shares: the process-wide rewards of a spec (executor, error policy, this process's part
+of the run record), native rows.
+
+Each process of a native backend that scores rewards reports what it scored through a
+:class:`~unirl.record.run_recorder.RunRecorder` (``run.role == "scorer"``) with the plugins the host staged beside
+the light core: ``unirl_run_start`` when the process first scores, ``unirl_rollouts_scored`` for every batch
+(``step`` None: a native trainer does not say which step it is scoring for), ``unirl_run_end`` at the process's
+normal exit or when the reward policy aborts (a process killed by a signal reports no end). The trajectory log is
+written by unirl's own recorder plugin from those records, with the run's ``logging.trajectories_*`` options.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import math
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from unirl.record.layout import append_jsonl
-from unirl.record.trajectory_log import TrajectorySampling
+from unirl.host.calls import LifecycleCalls
+from unirl.host.loading import backend_plugin_manager, own_version
+from unirl.record.layout import PLAN, ROLE_SCORER, RunInfo
+from unirl.record.run_recorder import RunRecorder
 from unirl.rewards.contract import Sample
-from unirl.rewards.executor import RewardExecutor, ScoredSample
+from unirl.rewards.executor import RewardAbort, RewardExecutor, ScoredSample
 from unirl.rewards.spec import RewardRuntimeSpec
 
 SPEC_ENV = "UNIRL_REWARD_SPEC"
@@ -19,24 +34,62 @@ ERRORS_KEY = "unirl/reward_errors"
 
 
 class BackendRewards:
-    """The rewards of one run inside one backend process: scoring, the error policy, the trajectory log."""
+    """The rewards of one run inside one backend process: scoring, the error policy, the run record's part."""
 
-    def __init__(self, spec: RewardRuntimeSpec, backend: str) -> None:
-        spec.check(backend)
+    def __init__(self, spec: RewardRuntimeSpec, backend: str, spec_path: str | Path | None = None) -> None:
+        spec.check(can_exclude=False, backend=backend)  # every backend these adapters serve needs a number
         self.spec = spec
         self.backend = backend
         self.executor = RewardExecutor(spec)
+        self._started = time.monotonic()
+        self.recorder = RunRecorder(scorer_run(spec, backend, spec_path),
+                                    LifecycleCalls(backend_plugin_manager(own_version())))
+        self.recorder.run_start()
+        atexit.register(self.end)  # a backend process ends without telling its reward function
 
     def score(self, samples: list[Sample]) -> list[ScoredSample]:
-        """Score, log every sample (with errors and tracebacks), then apply the policy (may raise RewardAbort)."""
+        """Score, record every sample (with errors and tracebacks), then apply the policy (may raise RewardAbort)."""
         scored = self.executor.score(samples)
-        if self.spec.trajectory_log:
-            records = [trajectory_record(s, r, backend=self.backend, pid=os.getpid())
-                       for s, r in zip(samples, scored, strict=True)]
-            sampling = TrajectorySampling(per_group=self.spec.trajectory_per_group)
-            append_jsonl(Path(self.spec.trajectory_log), sampling.select(records))
-        self.executor.check_policy(scored)
+        pid = os.getpid()
+        self.recorder.rollouts_scored(None, [trajectory_record(s, r, backend=self.backend, pid=pid)
+                                             for s, r in zip(samples, scored, strict=True)])
+        try:
+            self.executor.check_policy(scored)
+        except RewardAbort as exc:
+            self.end("failed", str(exc))  # the backend may die of it without running exit handlers
+            raise
         return scored
+
+    def end(self, state: str = "completed", error: str | None = None) -> None:
+        """This process's part of the run ends: ``unirl_run_end`` with its reward counts (once; later calls do
+        nothing)."""
+        stats = self.executor.stats
+        summary: dict[str, Any] = {
+            "state": state, "backend": self.backend, "pid": os.getpid(), "reward_calls": stats.calls,
+            "reward_errors": stats.errors, "reward_errors_by_kind": dict(stats.by_kind),
+            "wall_time_s": time.monotonic() - self._started}
+        if stats.first_error is not None:
+            summary["first_reward_error"] = stats.first_error
+        if error:
+            summary["error"] = error
+        self.recorder.run_end(summary)
+
+
+def scorer_run(spec: RewardRuntimeSpec, backend: str, spec_path: str | Path | None) -> RunInfo:
+    """The run as a scoring process sees it: its directory (the trajectory log's, else the spec's), framework and
+    recipe from the plan the host wrote beside the spec, and the spec's trajectory settings, which decide the log."""
+    log = spec.trajectory_log
+    spec_dir = Path(spec_path).resolve().parent if spec_path else None
+    run_dir = Path(log).parent if log else spec_dir or Path.cwd()
+    plan: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):  # a spec written by hand or by a test has no plan beside it
+        plan = json.loads(((spec_dir or run_dir) / PLAN).read_text(encoding="utf-8"))
+    recipe = dict(plan.get("recipe") or {})
+    recipe["logging"] = {**(recipe.get("logging") or {}), "trajectories": log is not None,
+                         "trajectories_per_group": spec.trajectory_per_group,
+                         "trajectories_compress": bool(log and log.endswith(".gz"))}
+    return RunInfo(run_dir=run_dir, framework=str(plan.get("framework") or backend), recipe=recipe,
+                   extra={"backend": backend, "pid": os.getpid()}, role=ROLE_SCORER)
 
 
 def native_keys(spec: RewardRuntimeSpec) -> list[str]:
@@ -88,5 +141,13 @@ def runtime_for(backend: str, spec_path: str | None = None) -> BackendRewards:
     with _LOCK:
         runtime = _RUNTIMES.get(key)
         if runtime is None:
-            runtime = _RUNTIMES[key] = BackendRewards(RewardRuntimeSpec.read(path), backend)
+            runtime = _RUNTIMES[key] = BackendRewards(RewardRuntimeSpec.read(path), backend, path)
         return runtime
+
+
+def end_runtimes(state: str, error: str) -> None:
+    """End every runtime of this process (an adapter about to end the process without exit handlers)."""
+    with _LOCK:
+        runtimes = list(_RUNTIMES.values())
+    for runtime in runtimes:
+        runtime.end(state, error)

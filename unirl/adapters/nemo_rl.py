@@ -46,7 +46,7 @@ def sample_from_nemo(message_log: list[dict[str, Any]], metadata: dict[str, Any]
                   data_source=str(meta.pop("data_source", "")), metadata=meta, prompt_messages=messages)
 
 
-class UnirlEnvironment(EnvironmentInterface):
+class UnirlEnvironment(EnvironmentInterface):  # type: ignore[misc]  # NeMo RL's class: Any where it is absent
     """A single-turn environment: scores the assistant's answer with the run's unirl rewards, then ends."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
@@ -81,7 +81,9 @@ def __getattr__(name: str) -> Any:
     if name == "UnirlEnvironmentActor":
         import ray
 
-        actor = ray.remote(max_restarts=-1, max_task_retries=-1, max_concurrency=1000)(UnirlEnvironment)
+        # max_concurrency is an actor option Ray's overloads for ray.remote do not list
+        actor = ray.remote(max_restarts=-1, max_task_retries=-1, max_concurrency=1000)(  # type: ignore[call-overload]
+            UnirlEnvironment)
         globals()[name] = actor
         return actor
     raise AttributeError(name)

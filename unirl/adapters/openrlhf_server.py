@@ -38,6 +38,7 @@ import hmac
 import io
 import ipaddress
 import json
+import logging
 import os
 import queue
 import re
@@ -58,6 +59,10 @@ from unirl.adapters.common import SPEC_ENV
 from unirl.adapters.openrlhf import ABORT_EXIT_CODE, score_queries
 from unirl.adapters.openrlhf_requests import RequestError, parse_batch
 from unirl.rewards.executor import RewardAbort, RewardRuntimeError
+
+# On stderr as "unirl reward server: ..." (see unirl.logs); the address announced on stdout stays a print.
+# By name: under `python -m unirl.adapters.openrlhf_server`, __name__ is "__main__".
+log = logging.LoggerAdapter(logging.getLogger("unirl.adapters.openrlhf_server"), {"prefix": "unirl reward server"})
 
 SECRET_ENV = "UNIRL_REWARD_SECRET"
 SECRET_FILE_ENV = "UNIRL_REWARD_SECRET_FILE"
@@ -173,7 +178,7 @@ class RewardHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive for clients that reuse connections (OpenRLHF does not)
     default_request_version = "HTTP/1.0"  # so an error before the version is known still has a status line
     server: RewardServer  # type: ignore[assignment]  # ours, not a socketserver.BaseServer
-    rfile: io.BufferedReader  # type: ignore[assignment]
+    rfile: io.BufferedReader
     wfile: Any
 
     def setup(self) -> None:
@@ -277,7 +282,7 @@ class RewardHandler(BaseHTTPRequestHandler):
             return
         except Exception as exc:  # a defect in scoring: answer it, log it, keep serving
             server.count(500)
-            print(f"unirl reward server: scoring failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+            log.error("scoring failed:\n%s", traceback.format_exc())
             self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"scoring failed: {exc!r}", "field": None},
                         close=True)
             return
@@ -456,7 +461,7 @@ class RewardServer:
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 continue  # another wake-up took it, or the peer gave up before we accepted
             except OSError as exc:  # EMFILE/ENFILE: the connection stays queued; do not spin on it
-                print(f"unirl reward server: accept failed ({exc}); retrying", file=sys.stderr, flush=True)
+                log.warning("accept failed (%s); retrying", exc)
                 time.sleep(POLL_S)
                 continue
             self._handoff.put((conn, address))
@@ -474,7 +479,7 @@ class RewardServer:
                 except RuntimeError as exc:  # no thread left: it waits for a busy thread to come back for it
                     with self._lock:
                         self._threads -= 1
-                    print(f"unirl reward server: cannot start a thread ({exc})", file=sys.stderr, flush=True)
+                    log.warning("cannot start a thread (%s)", exc)
             return True
         return False
 
@@ -514,7 +519,7 @@ class RewardServer:
         try:
             handler = RewardHandler(conn, address, self)  # type: ignore[arg-type]  # runs setup, handle, finish
         except Exception:  # a defect; the connection is all it may cost
-            print(f"unirl reward server: connection failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+            log.error("connection failed:\n%s", traceback.format_exc())
         finally:
             linger = handler is None or handler.linger
             with self._lock:
@@ -537,7 +542,7 @@ class RewardServer:
         with self._lock:
             if self.stopped_because is None:
                 self.stopped_because = reason
-        print(f"unirl reward server: shutting down: {reason}", file=sys.stderr, flush=True)
+        log.warning("shutting down: %s", reason)
         self._stop.set()
         threading.Thread(target=self._close_listener, daemon=True).start()
 
@@ -650,8 +655,8 @@ def main(argv: list[str] | None = None) -> int:
     if secret is None:
         print(f"unirl reward server on {where}{ENDPOINT}", flush=True)
         if not _is_loopback(ns.host):
-            print(f"unirl reward server: listening on {ns.host} without a secret: anyone who can reach it can feed "
-                  f"the run's reward policy; set ${SECRET_ENV} or --secret-file", file=sys.stderr, flush=True)
+            log.warning("listening on %s without a secret: anyone who can reach it can feed the run's reward policy; "
+                        "set $%s or --secret-file", ns.host, SECRET_ENV)
     else:
         print(f"unirl reward server on {where}/<secret>{ENDPOINT} (or {where}{ENDPOINT} with Authorization: "
               "Bearer <secret>)", flush=True)

@@ -54,8 +54,10 @@ def adapters_for(backend: str) -> tuple[RewardFn, RewardFn]:
         samples (slime/rollout/sglang_rollout.py:270-279 @624b824): then one row per sample comes back.
         """
         if isinstance(sample, list):
-            return await batched_reward(args, sample)
-        return (await batched_reward(args, [sample]))[0]
+            rows: list[dict[str, float]] = await batched_reward(args, sample)
+            return rows
+        row: dict[str, float] = (await batched_reward(args, [sample]))[0]
+        return row
 
     async def batched_reward(args: Any, samples: list[Any], **_: Any) -> list[dict[str, float]]:
         """Score a group of samples (``--group-rm``) in one executor call."""

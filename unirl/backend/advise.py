@@ -97,29 +97,28 @@ def judge(host: Any, name: str, situation: Situation) -> Verdict:
         verdict.refused += [str(p) for p in exc.problems]
     except UnirlError as exc:
         verdict.refused.append(str(exc))
-    if situation.need_async and not any("async" in m for m in caps.modes):
+    if situation.need_async and not caps.async_rollouts:
         verdict.refused.append(f"no asynchronous mode (modes: {', '.join(caps.modes)})")
     elif situation.need_async:
         verdict.score += 2
-        verdict.reasons.append(f"asynchronous rollouts: {', '.join(m for m in caps.modes if 'async' in m)}")
+        verdict.reasons.append(f"asynchronous rollouts ({'; '.join(caps.modes)})")
     tier = situation.tier
-    if tier == "single-GPU learning" and not caps.needs_gpu:
+    if tier == "single-GPU learning" and caps.launcher == "in_process":
         verdict.score += 3
         verdict.reasons.append("runs in one process with no cluster to start; trains on a CPU or one GPU")
-    if tier != "single-GPU learning" and any(p.startswith("colocated") for p in caps.placement):
+    if tier != "single-GPU learning" and caps.colocated_rollouts:
         verdict.score += 2
         verdict.reasons.append(f"colocated rollout and training on the same GPUs ({caps.placement[0]})")
-    if tier == "multi-node production" and "ray" in caps.multi_node.lower():
+    if tier == "multi-node production" and caps.ray_across_nodes:
         verdict.score += 2
         verdict.reasons.append(f"multi-node: {caps.multi_node}")
     memory_need = situation.model_size_b * TRAIN_BYTES_PER_PARAM
     memory_have = situation.total_gpus * situation.gpu_memory_gb
-    megatron = any("megatron" in b.lower() for b in caps.training_backends)
-    if situation.model_size_b >= LARGE_MODEL_B and megatron:
+    if situation.model_size_b >= LARGE_MODEL_B and caps.model_parallel:
         verdict.score += 2
-        verdict.reasons.append(f"{situation.model_size_b:g}B parameters: Megatron tensor/pipeline parallelism")
-    if memory_need > situation.gpu_memory_gb and situation.total_gpus > 1 and any(
-            s in " ".join(caps.training_backends) for s in ("FSDP", "ZeRO", "DeepSpeed", "Megatron")):
+        verdict.reasons.append(f"{situation.model_size_b:g}B parameters: tensor/pipeline model parallelism "
+                               f"({', '.join(caps.training_backends)})")
+    if memory_need > situation.gpu_memory_gb and situation.total_gpus > 1 and caps.shards_training_state:
         verdict.score += 1
         verdict.reasons.append(f"shards the ~{memory_need:.0f} GB of training state over {situation.total_gpus} "
                                f"GPUs ({', '.join(caps.training_backends)})")
@@ -150,7 +149,7 @@ def advise(host: Any, situation: Situation) -> dict[str, Any]:
 
 
 def print_advice(result: dict[str, Any]) -> None:
-    from unirl.cli.report import console
+    from unirl.console import console
 
     out = console()
     s = result["situation"]

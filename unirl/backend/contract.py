@@ -10,28 +10,64 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from unirl.backend.environment import StagedPlugins
 from unirl.backend.plan import LaunchPlan, MappedField
 from unirl.errors import FieldError, Unsupported
+from unirl.recipe.fields import value_at
 from unirl.recipe.schema import Recipe
+from unirl.rewards.spec import RewardRuntimeSpec
 from unirl.versions import matches
+
+Launcher = Literal["in_process", "process", "container"]
+"""How a backend starts: a call unirl can make in its own process (or one child runner), the backend's own command
+in its interpreter, or only inside the backend's container image."""
 
 
 @dataclass(frozen=True)
 class Capabilities:
+    """What a backend can do, from its plugin's own declaration.
+
+    Two kinds of field: prose for people (``unirl frameworks``, ``unirl diff``; never parsed), and typed fields that
+    unirl decides by (``advise``, schedulers, the reward policy). What a backend supports field by field (KL
+    estimators, loss aggregations, ...) is its mapping table's (:attr:`Mapping.allowed`), not restated here.
+    """
+
+    # shown to people
     algorithms: tuple[str, ...]
+    """The recipe's ``algorithm.name`` values the plugin maps (a recipe's other names are refused)."""
     rollout_engines: tuple[str, ...]
-    placement: tuple[str, ...]  # colocated, disaggregated
-    modes: tuple[str, ...]  # sync, async
+    """Registered rollout-engine names the plugin drives (a recipe's other engines are refused)."""
+    placement: tuple[str, ...]
+    """Prose: how rollout and training share GPUs (the colocated form first where ``colocated_rollouts``)."""
+    modes: tuple[str, ...]
+    """Prose: sync and async modes."""
     training_backends: tuple[str, ...]
+    """Prose: the training engines (FSDP, DeepSpeed, Megatron-LM, ...)."""
     multi_node: str
+    """Prose: how a multi-node run is launched."""
     custom_reward: str
+    """Prose: how the backend loads a custom reward."""
     runs_on_cpu: bool
-    kl_estimators: tuple[str, ...] = ()
-    loss_aggregations: tuple[str, ...] = ()
+    # decided by
     needs_gpu: bool = False
     """Training cannot start without a GPU (or NPU): unirl checks before launching."""
+    launcher: Launcher = "process"
+    """How it starts: ``in_process`` is what ``advise`` counts as "no cluster to start" for a first run."""
+    async_rollouts: bool = False
+    """Rollouts can overlap training (an asynchronous mode exists, whether or not unirl maps it yet)."""
+    colocated_rollouts: bool = False
+    """Rollout and training can share the same GPUs, taking turns."""
+    ray_across_nodes: bool = False
+    """A multi-node run is a Ray cluster over the nodes (a Slurm launch starts one across the allocation)."""
+    can_exclude_rewards: bool = False
+    """A sample whose reward call failed can be left out (no reward, no advantage): ``reward_policy.on_error=exclude``
+    and what ``auto`` resolves to; otherwise the backend needs a number for every sample."""
+    model_parallel: bool = False
+    """Tensor/pipeline model parallelism (Megatron) for models too large to train by sharding alone."""
+    shards_training_state: bool = False
+    """Weights, gradients and optimizer state can be sharded over GPUs (FSDP, ZeRO, Megatron)."""
     distribution: str | None = None
     """The backend's package name on the package index, to read its installed version; None = not on the index."""
     tested_version: str = ""
@@ -47,16 +83,24 @@ class Capabilities:
 OMIT = object()
 """A mapping's ``convert`` returns this to send nothing for the field (the backend's default applies)."""
 NO_DEFAULT = object()
+Scalar = str | int | float | bool | None
+
+
+def store_true(on: bool) -> Any:
+    """An argparse ``store_true`` flag: sent bare (True) when on, not sent (:data:`OMIT`, its default) when off."""
+    return True if on else OMIT
 
 
 @dataclass(frozen=True)
 class Mapping:
     """One recipe field and how it becomes a native key.
 
-    ``convert`` takes the recipe and returns the native value (or :data:`OMIT`); ``supported`` says
-    which recipe values the backend can honour (anything else is an error naming the field);
-    ``versions`` gates the row to the backend versions that have this key (e.g. ``">=0.10.2"``);
-    ``native_default`` is what the backend uses when the key is not sent, shown by ``unirl diff``.
+    ``convert`` takes the recipe and returns the native value (or :data:`OMIT`); ``allowed`` lists the values of
+    the row's recipe field the backend honours, as data (``unirl explain`` shows them), and ``supported`` is a
+    predicate for what depends on other fields too; anything else is an error naming the field, saying
+    ``supported_text`` (by default the allowed values). ``versions`` gates the row to the backend versions that have
+    this key (e.g. ``">=0.10.2"``); ``native_default`` is what the backend uses when the key is not sent, shown by
+    ``unirl diff`` and ``unirl explain``.
     """
 
     recipe_field: str
@@ -67,13 +111,15 @@ class Mapping:
     supported_text: str = ""
     versions: str = ""
     native_default: Any = field(default=NO_DEFAULT)
+    allowed: tuple[Scalar, ...] = ()
 
-
-def field_value(recipe: Recipe, dotted: str) -> Any:
-    obj: Any = recipe
-    for part in dotted.replace("[]", "").split("."):
-        obj = getattr(obj, part, None)
-    return obj
+    def refusal(self, recipe: Recipe) -> str | None:
+        """What the backend supports instead, when it cannot honour the recipe's value; None when it can."""
+        if self.allowed and value_at(recipe, self.recipe_field) not in self.allowed:
+            return self.supported_text or " and ".join(str(v) for v in self.allowed)
+        if self.supported is not None and not self.supported(recipe):
+            return self.supported_text
+        return None
 
 
 def translate(recipe: Recipe, table: tuple[Mapping, ...], backend: str, version: str
@@ -89,9 +135,9 @@ def translate(recipe: Recipe, table: tuple[Mapping, ...], backend: str, version:
     for m in table:
         if m.versions and not matches(version, m.versions):
             continue
-        if m.supported is not None and not m.supported(recipe):
-            problems.append(Unsupported(m.recipe_field, field_value(recipe, m.recipe_field), backend,
-                                        m.supported_text))
+        refusal = m.refusal(recipe)
+        if refusal is not None:
+            problems.append(Unsupported(m.recipe_field, value_at(recipe, m.recipe_field), backend, refusal))
             continue
         value = m.convert(recipe)
         default = None if m.native_default is NO_DEFAULT else m.native_default
@@ -104,6 +150,14 @@ def translate(recipe: Recipe, table: tuple[Mapping, ...], backend: str, version:
             native[m.native_key] = value
     return rows, native, problems
 
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What the host resolved for a run that the backend's side needs: the reward specification (for what this
+    backend can do with a failed reward) and the lifecycle plugins its processes load for the run record."""
+
+    rewards: RewardRuntimeSpec
+    plugins: StagedPlugins = field(default_factory=lambda: StagedPlugins(()))
 
 
 @runtime_checkable
@@ -125,8 +179,14 @@ class Framework(Protocol):
     def validate(self, plan: LaunchPlan) -> None:
         """Check the plan against the backend's own schema, where the backend is installed."""
 
-    def prepare(self, plan: LaunchPlan, run_dir: Path, host: Any) -> LaunchPlan:
-        """Write what the launch needs into ``run_dir`` and check the machine; returns the resolved plan."""
+    def require_resumable(self, run_dir: Path) -> None:
+        """Raise when ``run.resume=true`` cannot continue ``run_dir`` (nothing to resume from). Called before Hydra
+        starts, so that a refusal leaves the directory as it was; a backend that resumes from its own checkpoints
+        (or starts over) does nothing here."""
+
+    def prepare(self, plan: LaunchPlan, run_dir: Path, inputs: RunInputs) -> LaunchPlan:
+        """Write what the launch needs into ``run_dir`` and check the machine; returns the resolved plan.
+        ``inputs``: what the host resolved for the run's backend side (:func:`unirl.host.planning.run_inputs`)."""
 
 
 @dataclass

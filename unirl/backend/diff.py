@@ -13,6 +13,7 @@ from typing import Any
 from unirl.backend.contract import translate
 from unirl.backend.plan import MappedField
 from unirl.errors import RecipeInvalid, UnirlError
+from unirl.recipe.fields import value_at
 from unirl.recipe.schema import Recipe
 
 
@@ -78,16 +79,14 @@ def _normalised(defaults: dict[str, Any]) -> list[str]:
 def _recipe_value(recipe: Recipe, dotted: str) -> Any:
     if dotted.startswith("framework.overrides.") or dotted == "rewards":
         return None
-    obj: Any = recipe
-    for part in dotted.replace("[]", "").split("."):
-        obj = getattr(obj, part, None)
-    return obj if isinstance(obj, str | int | float | bool | type(None)) else str(obj)
+    value = value_at(recipe, dotted)
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
 
 
 def print_diff(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from unirl.cli.report import console
+    from unirl.console import console
 
     left, right = result["left"]["framework"], result["right"]["framework"]
     out = console()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirl.backend.plan import DataExport
+from unirl.backend.plan import DataExport, in_run_dir
 from unirl.data.loading import limit, load_rows, render_prompt
 from unirl.errors import FieldError, UnirlError
 from unirl.recipe.schema import Recipe, split_source
@@ -61,7 +61,7 @@ def canonical_rows(recipe: Recipe, export: DataExport) -> list[CanonicalRow]:
     used = {data.prompt_key, data.answer_key, "data_source"}
     out = []
     for i, row in enumerate(raw):
-        reference = row.get(data.answer_key)
+        reference = row.get(data.answer_key) if data.answer_key is not None else None
         out.append(CanonicalRow(
             index=i, prompt=render_prompt(row, data), reference=None if reference is None else str(reference),
             data_source=str(row.get("data_source") or source_name), split=export.split,
@@ -141,6 +141,12 @@ FORMATS: dict[str, tuple[Callable[[CanonicalRow], dict[str, Any]], str]] = {
     "slime_jsonl": (slime_row, "jsonl"),
     "nemo_rl_jsonl": (nemo_rl_row, "jsonl"),
 }
+DATA_DIR = "data"
+
+
+def export_path(split: str, format: str) -> str:
+    """Where a launch writes one split in one format: ``{run_dir}/data/<split>.<parquet|jsonl>``."""
+    return in_run_dir(DATA_DIR, f"{split}.{FORMATS[format][1]}")
 
 
 def write_export(recipe: Recipe, export: DataExport) -> int:

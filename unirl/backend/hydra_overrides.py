@@ -1,8 +1,7 @@
-"""Rendering native key/value pairs as Hydra override strings (verl, NeMo RL), and reading them back."""
+"""Rendering native key/value pairs as Hydra override strings (verl, NeMo RL)."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -38,7 +37,3 @@ def _is_number(text: str) -> bool:
 def to_overrides(native: dict[str, Any]) -> list[str]:
     """``{"a.b": 1, "+c.d": "x"}`` -> ``["a.b=1", "+c.d=x"]`` (keys keep their ``+``/``++`` prefix)."""
     return [f"{key}={hydra_value(value)}" for key, value in native.items()]
-
-
-def describe(native: dict[str, Any]) -> str:
-    return json.dumps(native, indent=2, default=str)

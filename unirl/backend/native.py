@@ -1,8 +1,9 @@
 """What every backend that runs outside unirl's process shares: translation by mapping table, the
 backend's environment, validation in the backend's own interpreter, and the launch's files.
 
-verl, OpenRLHF, NeMo RL, slime and vime plugins subclass :class:`NativeFramework` and add their
-capabilities, mapping table, ``plan`` and a key schema; nothing here knows a particular backend.
+verl, OpenRLHF, NeMo RL, slime and vime plugins subclass :class:`NativeFramework` and add their capabilities, mapping
+table and key schema, plus the few steps of :meth:`NativeFramework.plan` that differ (extra checks, the native config,
+the command, notes, the data export format); nothing here knows a particular backend.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from unirl.backend.contract import OMIT, Capabilities, FrameworkOptions, Mapping, translate
+from unirl.backend.contract import OMIT, Capabilities, FrameworkOptions, Mapping, RunInputs, translate
 from unirl.backend.environment import (
     CORE_DIR,
     check_environment,
@@ -22,28 +23,42 @@ from unirl.backend.environment import (
     python_option,
     run_check,
     stage_light_core,
+    stage_plugins,
     version_in,
 )
-from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
+from unirl.backend.export import export_path, write_export
+from unirl.backend.plan import BackendEnvironment, DataExport, LaunchPlan, MappedField, in_run_dir
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, recipe_from_dict
 from unirl.record.layout import NATIVE_CONFIG, PLAN, write_json
 from unirl.record.trajectory_log import TrajectorySampling
-from unirl.versions import matches
+from unirl.versions import matches, tables_version
 
 SPEC_FILE = "reward_spec.json"
+SPEC_PATH = in_run_dir(SPEC_FILE)
+"""The run's reward specification, as the plan names it (every adapter reads it)."""
+CORE_PATH = in_run_dir(CORE_DIR)
+"""The staged light core, as the plan names it (on the backend's PYTHONPATH)."""
+CHECKPOINTS = in_run_dir("checkpoints")
+"""Where every native backend is told to write its checkpoints."""
 # Always staged into the backend's environment: unirl's core, the built-in rewards, and pluggy (unirl's one
 # runtime dependency that a backend's environment may lack; pure Python).
 CORE_PACKAGES = ("unirl", "pluggy")  # unirl holds its plugins (the backend's, the built-in rewards)
 
 
 MODEL_DIR = "model"
+# What every native backend declares alike: GPU trainers on a Ray cluster that can colocate rollouts with training
+# and shard the training state. Each plugin adds what sets it apart (async rollouts, model parallelism, launcher).
+GPU_ON_RAY: dict[str, Any] = {"runs_on_cpu": False, "needs_gpu": True, "colocated_rollouts": True,
+                              "ray_across_nodes": True, "shards_training_state": True}
+BUILTIN_MODEL_FILES = {f"{MODEL_DIR}/": "<the builtin model and tokenizer>"}
+BUILTIN_MODEL_NOTE = f"the builtin model is written to {in_run_dir(MODEL_DIR)} at launch"
 
 
 def model_location(recipe: Recipe) -> str:
     """Where the backend loads the model from: a builtin model is written into the run directory at launch
     (every GPU backend loads models from a path), anything else is passed as given."""
-    return f"{RUN_DIR}/{MODEL_DIR}" if recipe.model.path.startswith(BUILTIN_PREFIX) else recipe.model.path
+    return in_run_dir(MODEL_DIR) if recipe.model.path.startswith(BUILTIN_PREFIX) else recipe.model.path
 
 
 @dataclass
@@ -51,14 +66,24 @@ class Translation:
     """The first half of every ``plan``: the version translated for, the mapping table applied, the problems."""
 
     version: str
+    """What the backend is (installed, ``framework.version``, else the tested one): the plan's target_version."""
     installed: str | None
+    tables_version: str
+    """The version the mapping rows and the key schema were chosen for (see :func:`unirl.versions.tables_version`)."""
     rows: list[MappedField]
     native: dict[str, Any]
     problems: list[FieldError]
+    notes: list[str]
+    """What the plan must say about the translation itself (a version translated as another)."""
 
 
 class NativeFramework:
-    """A backend launched as its own process, in its own interpreter or container."""
+    """A backend launched as its own process, in its own interpreter or container.
+
+    A plugin declares the class attributes below and overrides the plan steps it needs (:meth:`extra_problems`,
+    :meth:`launch_keys`, :meth:`native_config`, :meth:`command`, :meth:`notes`, :meth:`extra_files`); :meth:`plan`
+    itself is the one skeleton every native backend shares.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -66,6 +91,8 @@ class NativeFramework:
     mapping: ClassVar[tuple[Mapping, ...]]
     plugin_package: ClassVar[str]
     """This plugin's package: staged with the light core (its check module and launcher live there)."""
+    export_format: ClassVar[str]
+    """How the recipe's data is written for the backend: a format of :data:`unirl.backend.export.FORMATS`."""
     check_module: ClassVar[str | None] = None
     """``python -m`` module validating a plan inside the backend's interpreter; None = key schema only."""
     extra_options: ClassVar[dict[str, Any]] = {}
@@ -103,20 +130,96 @@ class NativeFramework:
                              "installed version (leave framework.version null) or point framework.python elsewhere")
         return wanted or installed or self.capabilities.tested_version, installed
 
-    # --- shared plan pieces ---------------------------------------------------------------------------
+    # --- plan: the skeleton -----------------------------------------------------------------------------
+
+    def plan(self, recipe: Recipe) -> LaunchPlan:
+        """Translate by the mapping table, refuse everything the backend cannot run (every problem at once), add the
+        keys every launch needs, apply ``framework.overrides`` last, then let the steps below assemble the launch."""
+        recipe = self.with_defaults(recipe)
+        t = self.translation(recipe)
+        self.refuse(t.problems + self.extra_problems(recipe))
+        raw = self.overrides(recipe)
+        native = self.apply_overrides({**t.native, **self.launch_keys(recipe)}, raw)
+        policy = recipe.reward_policy.resolved(self.capabilities.can_exclude_rewards)
+        rows = [*t.rows, *raw, MappedField("reward_policy.on_error", "(unirl reward adapter)", policy.on_error,
+                                           "what a failed reward call scores; counted and logged either way")]
+        builtin = recipe.model.path.startswith(BUILTIN_PREFIX)
+        return LaunchPlan(
+            framework=self.name, framework_version=t.installed, target_version=t.version,
+            entrypoint=f"{self.plugin_package}:{self.name}",
+            native_config=self.native_config(recipe, native, t.tables_version), mapping=rows,
+            command=self.command(recipe, native, t.tables_version), env={"UNIRL_REWARD_SPEC": SPEC_PATH},
+            files={SPEC_FILE: "<the run's reward specification (rewards, weights, kwargs, policy), written at launch>",
+                   **self.extra_files(recipe), **(BUILTIN_MODEL_FILES if builtin else {})},
+            in_process=False, notes=[*t.notes, *self.notes(recipe), *([BUILTIN_MODEL_NOTE] if builtin else [])],
+            recipe=asdict(recipe), data=self.data_exports(recipe), environment=self.environment(recipe))
+
+    # --- plan: the steps a plugin overrides ------------------------------------------------------------------
+
+    def with_defaults(self, recipe: Recipe) -> Recipe:
+        """The recipe the plan is made from (a plugin may fill in its options' defaults); by default as given."""
+        return recipe
+
+    def extra_problems(self, recipe: Recipe) -> list[FieldError]:
+        """What the backend would refuse beyond its mapping table (placement, resources), named by field."""
+        return []
+
+    def launch_keys(self, recipe: Recipe) -> dict[str, Any]:
+        """Native keys every launch needs that no recipe field maps to (not shown as rows; overrides may replace)."""
+        return {}
+
+    def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
+        """The backend's configuration as the plan records it, from the translated keys (``version``: the tables')."""
+        return {"overrides": native}
+
+    def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
+        """The command line the launch runs (before any container wrapping)."""
+        raise NotImplementedError(f"{type(self).__name__} must say how {self.name} is launched")
+
+    def notes(self, recipe: Recipe) -> list[str]:
+        """What the plan must tell the user about this backend's run (differences from unirl's own semantics)."""
+        return []
+
+    def extra_files(self, recipe: Recipe) -> dict[str, str]:
+        """Files of the plugin's own that the launch writes (path -> description), see :meth:`write_files`."""
+        return {}
+
+    def data_exports(self, recipe: Recipe) -> list[DataExport]:
+        """The train file holds exactly the prompts of the run, in the seeded order; the eval file every row."""
+        fmt = self.export_format
+        data = [DataExport("train", recipe.data.train, fmt, export_path("train", fmt), rows=recipe.prompts_per_run)]
+        if recipe.data.eval:
+            data.append(DataExport("eval", recipe.data.eval, fmt, export_path("eval", fmt)))
+        return data
+
+    def overrides(self, recipe: Recipe) -> list[MappedField]:
+        """The ``framework.overrides`` escape hatch, shown as rows like the mapped fields.
+
+        Nested keys flatten to dotted ones, so ``+framework.overrides.trainer.val_only=true`` (Hydra nests
+        it) sends ``trainer.val_only``."""
+        flat = flatten(recipe.framework.get("overrides") or {})
+        return [MappedField(f"framework.overrides.{k}", k, v, "raw native key, applied last")
+                for k, v in sorted(flat.items())]
+
+    def apply_overrides(self, native: dict[str, Any], raw: list[MappedField]) -> dict[str, Any]:
+        """The translated keys with the raw overrides applied (a key sent twice keeps the override's value)."""
+        return {**native, **{row.native_key: row.value for row in raw}}
+
+    # --- plan: shared pieces ---------------------------------------------------------------------------------
 
     def translation(self, recipe: Recipe) -> Translation:
         """Version, the mapping table applied, and every problem found so far (not raised yet)."""
         version, installed = self.target_version(recipe)
+        tables, note = tables_version(version, self.capabilities.tested_version)
         problems = self.common_problems(recipe)
-        if self.supported_versions and not matches(version, self.supported_versions):
+        if self.supported_versions and not matches(tables, self.supported_versions):
             problems.append(Unsupported("framework.version", version, self.name,
                                         f"versions {self.supported_versions} ({self.supported_versions_text})"))
-        rows, native, unsupported = translate(recipe, self.mapping, self.name, version)
-        return Translation(version, installed, rows, native, problems + unsupported)
+        rows, native, unsupported = translate(recipe, self.mapping, self.name, tables)
+        return Translation(version, installed, tables, rows, native, problems + unsupported, [note] if note else [])
 
     def common_problems(self, recipe: Recipe) -> list[FieldError]:
-        """What no GPU-only backend can do, named by field."""
+        """What the backend's declared capabilities rule out, named by field."""
         problems: list[FieldError] = []
         caps = self.capabilities
         if caps.needs_gpu and recipe.resources.gpus_per_node < 1:
@@ -130,7 +233,7 @@ class NativeFramework:
         if recipe.algorithm.name not in caps.algorithms:
             problems.append(Unsupported("algorithm.name", recipe.algorithm.name, self.name,
                                         ", ".join(caps.algorithms)))
-        if recipe.reward_policy.on_error == "exclude":
+        if recipe.reward_policy.on_error == "exclude" and not caps.can_exclude_rewards:
             problems.append(Unsupported("reward_policy.on_error", "exclude", self.name,
                                         "fallback or abort: it needs a number for every sample"))
         return problems
@@ -143,32 +246,7 @@ class NativeFramework:
             kind=kind, python=python or ("python3" if image else "python"), image=image,
             container_runtime=options.get("container_runtime", "docker") if image else None,
             nodes=recipe.resources.nodes, gpus_per_node=recipe.resources.gpus_per_node,
-            light_core=list(CORE_PACKAGES),
-            reward_paths=sorted({str(Path(s.file).expanduser().resolve().parent) for s in recipe.rewards if s.file}),
-            mounts=local_inputs(recipe))
-
-    def overrides(self, recipe: Recipe) -> list[MappedField]:
-        """The ``framework.overrides`` escape hatch, shown as rows like the mapped fields.
-
-        Nested keys flatten to dotted ones, so ``+framework.overrides.trainer.val_only=true`` (Hydra nests
-        it) sends ``trainer.val_only``."""
-        flat = flatten(recipe.framework.get("overrides") or {})
-        return [MappedField(f"framework.overrides.{k}", k, v, "raw native key, applied last")
-                for k, v in sorted(flat.items())]
-
-    def build_plan(self, recipe: Recipe, *, version: str, installed: str | None, native_config: dict[str, Any],
-                   rows: list[MappedField], command: list[str], data: list[Any], notes: list[str],
-                   files: dict[str, str] | None = None, env: dict[str, str] | None = None) -> LaunchPlan:
-        policy = recipe.reward_policy.resolved(self.name)
-        rows = [*rows, MappedField("reward_policy.on_error", "(unirl reward adapter)", policy.on_error,
-                                   "what a failed reward call scores; counted and logged either way")]
-        return LaunchPlan(
-            framework=self.name, framework_version=installed, target_version=version,
-            entrypoint=f"{self.plugin_package}:{self.name}", native_config=native_config, mapping=rows,
-            command=command, env={"UNIRL_REWARD_SPEC": f"{RUN_DIR}/{SPEC_FILE}", **(env or {})},
-            files={SPEC_FILE: "<the run's reward specification (rewards, weights, kwargs, policy), written at launch>",
-                   **(files or {})},
-            in_process=False, notes=notes, recipe=asdict(recipe), data=data, environment=self.environment(recipe))
+            light_core=list(CORE_PACKAGES), reward_paths=reward_paths(recipe), mounts=local_inputs(recipe))
 
     def refuse(self, problems: list[FieldError]) -> None:
         if problems:
@@ -184,6 +262,10 @@ class NativeFramework:
         result = run_check(python or sys.executable, self.check_module,
                            {"plans": [p.to_dict() for p in plans], **extra}, list(CORE_PACKAGES))
         return [{**r, "version": result.get("version")} for r in result.get("results", [result])]
+
+    def require_resumable(self, run_dir: Path) -> None:
+        """Native backends resume from their own checkpoints (verl's ``trainer.resume_mode``, ...): nothing to check
+        on unirl's side."""
 
     def validate(self, plan: LaunchPlan) -> None:
         """Against the backend's own code where it is installed, else against the plugin's key schema."""
@@ -204,24 +286,27 @@ class NativeFramework:
         """Problems found by the plugin's key schema (written from the backend's documented config)."""
         return []
 
+    def plan_tables_version(self, plan: LaunchPlan) -> str:
+        """The version whose key schema a plan is checked against (the one its mapping rows were chosen for)."""
+        tested = self.capabilities.tested_version
+        return tables_version(plan.target_version or tested, tested)[0]
+
     # --- launch ---------------------------------------------------------------------------------------
 
-    def prepare(self, plan: LaunchPlan, run_dir: Path, host: Any) -> LaunchPlan:
-        """Check the machine, then stage the light core, the reward spec, the data and the plugin's files."""
-        from unirl.backend.export import write_export
-        from unirl.rewards.spec import spec_from_recipe
-
+    def prepare(self, plan: LaunchPlan, run_dir: Path, inputs: RunInputs) -> LaunchPlan:
+        """Check the machine, then stage the light core (with the lifecycle plugins the host staged for the run's
+        processes), the reward spec, the data and the plugin's files."""
         check_environment(plan.environment)
         check_gpus(self.name, plan.environment)
         recipe = recipe_from_dict(plan.recipe)
         resolved = plan.resolve(str(run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
-        spec = spec_from_recipe(recipe, host.rewards, self.name)
+        spec = inputs.rewards
         sampling = TrajectorySampling.from_logging(plan.recipe.get("logging", {}))
         log = str(run_dir / sampling.file_name()) if recipe.logging.trajectories else None
         spec = replace(spec, trajectory_log=log, trajectory_per_group=sampling.per_group)
         packages = [*CORE_PACKAGES, *user_reward_packages(spec)]
-        stage_light_core(run_dir / CORE_DIR, packages)
+        stage_plugins(stage_light_core(run_dir / CORE_DIR, packages), inputs.plugins)
         spec.write(run_dir / SPEC_FILE)
         for export in resolved.data:
             write_export(recipe, export)
@@ -237,6 +322,11 @@ class NativeFramework:
 
     def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
         """Plugin-specific files (a reward module, a config file); the plan's ``files`` say which."""
+
+
+def reward_paths(recipe: Recipe) -> list[str]:
+    """Directories of the recipe's reward files: on the backend's PYTHONPATH, so its workers import the same code."""
+    return sorted({str(Path(s.file).expanduser().resolve().parent) for s in recipe.rewards if s.file})
 
 
 def local_inputs(recipe: Recipe) -> list[str]:

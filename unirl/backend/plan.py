@@ -15,6 +15,11 @@ from typing import Any
 RUN_DIR = "{run_dir}"
 
 
+def in_run_dir(*parts: str) -> str:
+    """A path inside the run directory as a plan writes it: ``in_run_dir("data", "train.jsonl")``."""
+    return "/".join((RUN_DIR, *parts))
+
+
 @dataclass
 class MappedField:
     """One row of a backend's translation: recipe field -> native key, with the value sent."""

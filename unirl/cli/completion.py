@@ -48,12 +48,12 @@ def recipe_fields() -> list[str]:
     return found
 
 
-def candidates(position: int, current: str, verb: str) -> list[str]:
-    from unirl.cli.main import VERBS
-
+def candidates(position: int, current: str, verb: str, verbs: list[str]) -> list[str]:
+    """What may come next on the command line: ``verbs`` (the dispatch's, :data:`unirl.cli.main.VERBS`) and the
+    top-level flags in first place, a verb's flags after it, and recipe fields and group options."""
     words: list[str] = []
     if position == 1:
-        words += [v for v in VERBS if v != "help"] + ["--help", "--version", "-m"]
+        words += [*verbs, "--help", "--version", "-m", "-v", "--verbose", "-q", "--quiet"]
     elif verb in VERB_FLAGS:
         words += VERB_FLAGS[verb]
     if verb not in ("stop", "compare", "plugins", "frameworks", "rewards", "reward", "advise") or position == 1:

@@ -8,21 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from unirl.backend.plan import LaunchPlan
+from unirl.console import console
 from unirl.record.layout import METRICS, read_jsonl
 
 SPARK = "▁▂▃▄▅▆▇█"
-PIPE_WIDTH = 200  # piped output is read by tools and grep: never fold or cut a key there
-
-
-def console(stderr: bool = False) -> Any:
-    """Where unirl prints. markup=False: run names, paths, prompts, completions and error messages are user text,
-    and ``[/bogus]`` or ``[link=...]`` in them must print as written (rich would parse them as markup, crash on
-    the first and render a hyperlink for the second). Styles are passed as ``style=``, never inside text."""
-    from rich.console import Console
-
-    options = {"markup": False, "highlight": False, "emoji": False, "stderr": stderr}
-    term = Console(**options)
-    return term if term.is_terminal else Console(width=PIPE_WIDTH, **options)
 
 
 def reward_curve(run_dir: Path, buckets: int = 10) -> list[float]:

@@ -79,6 +79,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def cmd_reward(args: list[str]) -> int:
+    """``unirl reward SUBCOMMAND``: ``test`` is the only one."""
+    from unirl.cli.args import verb_parser
+    from unirl.host.manager import get_host
+
+    if not args or args[0] != "test":
+        reward = verb_parser("reward", "Work with reward functions before training.")
+        reward.add_argument("subcommand", choices=["test"], help="test: score samples with rewards")
+        reward.parse_args(args[:1])  # exits 2 naming the choices (or prints --help)
+    return main(args[1:], get_host())
+
+
 def main(argv: list[str], host: Any) -> int:
     ns = parser().parse_args(argv)
     try:

@@ -12,8 +12,9 @@ import random
 from pathlib import Path
 from typing import Any
 
+from unirl.data.checks import BUILTIN_DATASETS
 from unirl.errors import FieldError
-from unirl.recipe.schema import BUILTIN_DATASETS, BUILTIN_PREFIX, HUB_PREFIX, DataConfig, split_source
+from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, DataConfig, split_source
 
 
 def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key: str) -> list[dict[str, Any]]:
@@ -45,7 +46,8 @@ def _read_file(path: Path, key: str) -> list[dict[str, Any]]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
+        return rows
     if path.suffix == ".json":
         loaded = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(loaded, list):

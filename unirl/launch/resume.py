@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
-import sys
 import zipfile
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from unirl.errors import UnirlError
+
+log = logging.getLogger(__name__)
 
 HYDRA_OVERRIDES = Path(".hydra") / "overrides.yaml"
 # Overrides the resume command sets itself; the earlier run's values for them are replaced, not repeated.
@@ -219,15 +221,6 @@ def require_trainer_checkpoint(run_dir: Path, checkpoints_dir: Path) -> Checkpoi
     return checkpoint
 
 
-def require_resumable(run_dir: Path, framework: str) -> None:
-    """Before Hydra starts: the check a backend's prepare makes for ``run.resume=true``, made early so that a refusal
-    leaves the run directory as it was (Hydra rewrites .hydra/ as soon as it runs). For TRL: a complete checkpoint."""
-    if framework == "trl":
-        from unirl.plugins.trl.framework import CHECKPOINTS
-
-        require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
-
-
 def take_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> dict[str, Any]:
     """Before a resume trains from ``checkpoint``: move the newer, broken folders it skipped out of the Trainer's
     way, say so, and return what the run records about the resume (``resumed_from``'s extra keys)."""
@@ -244,10 +237,9 @@ def take_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> dict[str, Any]:
         except OSError:
             kept = folder
         skipped.append({"checkpoint": str(folder), "reason": why, "kept_as": str(kept)})
-        print(f"unirl: resume: skipped {folder.name} ({why}); kept as {kept.name}", file=sys.stderr)
+        log.warning("resume: skipped %s (%s); kept as %s", folder.name, why, kept.name)
     if skipped:
-        print(f"unirl: resume: continuing from {checkpoint.path.name}, the newest complete checkpoint",
-              file=sys.stderr)
+        log.info("resume: continuing from %s, the newest complete checkpoint", checkpoint.path.name)
     changes = recipe_change_history(run_dir)
     reasons = list(checkpoint.not_bit_identical)
     if changes:

@@ -22,17 +22,25 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unirl.errors import UnirlError
 from unirl.process_tree import alive, process_start
+
+if TYPE_CHECKING:
+    from unirl.backend.contract import Framework
+    from unirl.backend.plan import LaunchPlan
+    from unirl.launch.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
 
 LOCK = ".unirl.lock"
 _PROC = Path("/proc")
@@ -347,7 +355,9 @@ class Claim:
             self.lock = None
 
 
-def claim_run_directory(overrides: list[str], plan: Any, sweep_dir: Path | None, command: list[str]) -> Claim:
+def claim_run_directory(overrides: list[str], plan: LaunchPlan | None, sweep_dir: Path | None, command: list[str], *,
+                        framework: Framework | None = None,
+                        scheduler_named: Callable[[str], Scheduler | None] = lambda name: None) -> Claim:
     """Before Hydra starts: the directory this command writes, checked and locked, so that a refusal leaves every
     file as it was (Hydra rewrites ``.hydra/`` and opens its log as soon as it runs).
 
@@ -356,7 +366,9 @@ def claim_run_directory(overrides: list[str], plan: Any, sweep_dir: Path | None,
     run directory; it must be writable; no live process may hold its lock. A resume is then checked against the run
     it continues (:func:`unirl.launch.resume.check_resume`). A sweep: its sweep directory the same way. With neither
     (only
-    Hydra's informational flags) nothing is claimed."""
+    Hydra's informational flags) nothing is claimed. ``framework``: the plan's, which says whether a resume can
+    continue the directory; ``scheduler_named``: the loaded scheduler of that name (None if none), asked whether
+    a job submitted without waiting still writes the directory."""
     from unirl.launch import resume
     if sweep_dir is not None:
         sweep_dir = Path(os.path.abspath(sweep_dir))
@@ -374,7 +386,7 @@ def claim_run_directory(overrides: list[str], plan: Any, sweep_dir: Path | None,
         command = request.command
     _refuse_if_held(run_dir)
     check_destination(run_dir, resume=is_resume)
-    _refuse_if_detached_job_runs(run_dir)
+    _refuse_if_detached_job_runs(run_dir, scheduler_named)
     pinned = overrides if any(_override_key(o) == "hydra.run.dir" for o in overrides) else \
         [*overrides, f"hydra.run.dir={resume._hydra_value(str(run_dir))}"]
     recipe = json.loads(json.dumps(plan.recipe, default=str))  # as plan.json holds it (lists, not tuples)
@@ -383,11 +395,12 @@ def claim_run_directory(overrides: list[str], plan: Any, sweep_dir: Path | None,
         if done is not None:
             print(_completed_message(run_dir, done))
             return Claim(pinned, finished=0)
-        resume.require_resumable(run_dir, plan.framework)
+        if framework is not None:
+            framework.require_resumable(run_dir)
     lock = acquire(run_dir, command)
     try:
         if lock.replaced:
-            print(f"unirl: {run_dir}: {lock.replaced}", file=sys.stderr)
+            log.warning("%s: %s", run_dir, lock.replaced)
         if is_resume:  # again under the lock: what another writer may have changed in between
             done, changes = resume.check_resume(run_dir, recipe)
             if done is not None:
@@ -397,9 +410,8 @@ def claim_run_directory(overrides: list[str], plan: Any, sweep_dir: Path | None,
             if changes:
                 resume.record_forced_changes(run_dir, changes)
                 shown = "; ".join(f"{k}: {c['old']!r} -> {c['new']!r}" for k, c in sorted(changes.items()))
-                print(f"unirl: resume --force: continuing {run_dir} with a changed recipe ({shown}); recorded in "
-                      "manifest.json, and the run is no longer bit-identical to one uninterrupted run",
-                      file=sys.stderr)
+                log.warning("resume --force: continuing %s with a changed recipe (%s); recorded in manifest.json, and "
+                            "the run is no longer bit-identical to one uninterrupted run", run_dir, shown)
     except BaseException:
         lock.release()
         raise
@@ -413,7 +425,7 @@ def _refuse_if_held(run_dir: Path) -> None:
         raise RunDirectoryLocked(run_dir, record, liveness(record)[1])
 
 
-def _refuse_if_detached_job_runs(run_dir: Path) -> None:
+def _refuse_if_detached_job_runs(run_dir: Path, scheduler_named: Callable[[str], Scheduler | None]) -> None:
     """A Ray or Slurm job submitted with ``scheduler.wait=false`` writes the directory with no unirl process holding
     its lock: while the scheduler reports it active, nothing else may write there. A scheduler that cannot be asked
     (cluster unreachable) is said, not assumed."""
@@ -424,11 +436,8 @@ def _refuse_if_detached_job_runs(run_dir: Path) -> None:
     if not isinstance(record, dict) or record.get("state") not in ("submitted", "running") or \
             record.get("scheduler") in (None, "local"):
         return
-    from unirl.host.manager import get_host
-
-    try:
-        scheduler = get_host().schedulers.get(str(record["scheduler"]))
-    except UnirlError:
+    scheduler = scheduler_named(str(record["scheduler"]))
+    if scheduler is None:
         return
     active = detached_job_active(scheduler, {**record, "run_dir": str(run_dir)})
     if active:
@@ -436,18 +445,15 @@ def _refuse_if_detached_job_runs(run_dir: Path) -> None:
                          f"{record.get('job_id')!r} (submitted without waiting, scheduler.wait=false), which is still "
                          f"active; nothing was written. Wait for it to end, or stop it with `unirl stop {run_dir}`")
     if active is None:
-        print(f"unirl: warning: {run_dir}'s {record['scheduler']} job {record.get('job_id')!r} is recorded as "
-              f"{record.get('state')} and the scheduler could not be asked whether it still runs", file=sys.stderr)
+        log.warning("warning: %s's %s job %r is recorded as %s and the scheduler could not be asked whether it still "
+                    "runs", run_dir, record["scheduler"], record.get("job_id"), record.get("state"))
 
 
 def detached_job_active(scheduler: Any, record: dict[str, Any]) -> bool | None:
-    """The scheduler's answer to "is this job still queued or running?" (``active(record)``, optional in the
-    scheduler protocol); None when it has no answer."""
-    active = getattr(scheduler, "active", None)
-    if active is None:
-        return None
+    """The scheduler's answer to "is this job still queued or running?" (``active(record)``, None by default in
+    :class:`unirl.launch.scheduler.SchedulerBase`); None when it has no answer."""
     try:
-        answer = active(record)
+        answer = scheduler.active(record)
     except UnirlError:
         return None
     return answer if isinstance(answer, bool) else None

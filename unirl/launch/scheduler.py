@@ -7,8 +7,9 @@ job id may belong to someone else by then, :func:`stoppable_record`), and each s
 given is its own kind and the run's (a local pid with the recorded start time, a Ray job with this run directory in
 its metadata, a Slurm job running in this run directory).
 
-Optional: ``active(record) -> bool | None`` (is a job submitted with ``wait=false`` still queued or running; None
-when the scheduler cannot tell), which keeps other writers out of a directory such a job writes.
+Optional, with no-op defaults in :class:`SchedulerBase`: ``check(options)`` (before anything is written: e.g. the
+cluster answers) and ``active(record) -> bool | None`` (is a job submitted with ``wait=false`` still queued or
+running; None when the scheduler cannot tell), which keeps other writers out of a directory such a job writes.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ BACKEND_LOG = "backend.log"
 """The backend's output as the scheduler saw it (what a failure's log tail comes from)."""
 # completed: exit 0; failed: non-zero exit or killed by a signal; cancelled: stopped by the scheduler (scancel,
 # ray job stop, unirl stop); interrupted: Ctrl-C in unirl; submitted: handed over without waiting (wait=false).
-STATES = ("submitted", "running", "completed", "failed", "cancelled", "interrupted")
 TERMINAL = ("completed", "failed", "cancelled", "interrupted")
 """States after which the job's process or cluster job is gone: ``unirl stop`` refuses them."""
 
@@ -56,6 +56,25 @@ class Scheduler(Protocol):
 
     def stop(self, record: dict[str, Any]) -> str:
         """Stop the job a ``job.json`` record describes; returns what happened, in words."""
+
+    def check(self, options: dict[str, Any]) -> None:
+        """Fail before anything is written when the scheduler cannot take the job (see :class:`SchedulerBase`)."""
+
+    def active(self, record: dict[str, Any]) -> bool | None:
+        """Whether a job submitted without waiting still runs; None when it cannot tell."""
+
+
+class SchedulerBase:
+    """The optional part of the :class:`Scheduler` protocol, as no-ops: a scheduler subclasses this and writes
+    ``submit`` and ``stop`` (the host refuses a scheduler that has neither the base nor its own ``check`` and
+    ``active``)."""
+
+    def check(self, options: dict[str, Any]) -> None:
+        """Nothing to check: the scheduler can always take a job."""
+
+    def active(self, record: dict[str, Any]) -> bool | None:
+        """Cannot tell whether a detached job still runs."""
+        return None
 
 
 def write_job_record(run_dir: Path, scheduler: str, job_id: str, state: str, submitted: dict[str, Any],

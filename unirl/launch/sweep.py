@@ -51,7 +51,8 @@ def member_row(member: Path) -> dict[str, Any]:
     if framework is None and (member / ".hydra" / "config.yaml").exists():
         from omegaconf import OmegaConf
 
-        framework = OmegaConf.load(member / ".hydra" / "config.yaml").get("framework", {}).get("name")
+        composed: Any = OmegaConf.load(member / ".hydra" / "config.yaml")  # a mapping: Hydra wrote it
+        framework = composed.get("framework", {}).get("name")
     state = outcome.get("state") or ("failed" if not summary else summary.get("state", "?"))
     return {
         "member": member.name, "run_dir": str(member), "framework": framework, "overrides": overrides_of(member),
@@ -99,7 +100,7 @@ def plot_curves(rows: list[dict[str, Any]], out: Path, smooth: int = 20) -> Path
 def print_compare(rows: list[dict[str, Any]], png: Path | None) -> None:
     from rich.table import Table
 
-    from unirl.cli.report import console
+    from unirl.console import console
 
     shared = set.intersection(*(set(r["overrides"]) for r in rows)) if rows else set()
     table = Table("member", "framework", "overrides (those that differ)", "final reward", "held-out accuracy", "wall s",

@@ -1,7 +1,6 @@
-"""Hydra composition: register every config node the plugins provide, then compose a Recipe.
-
-Registration must happen before Hydra composes (Hydra reads only what its ConfigStore and search
-path hold), so the CLI calls :func:`register_configs` first, for runs, plans and sweeps alike.
+"""Recipes as Hydra sees them: the shipped recipes, a user's recipe file, the composed config as a typed Recipe,
+and keys the schema does not know. What needs the loaded plugins (registering their config groups, composing,
+planning) is the host's: :mod:`unirl.host.planning`.
 """
 
 from __future__ import annotations
@@ -10,14 +9,11 @@ import importlib.resources
 from pathlib import Path
 from typing import Any
 
-from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
-from unirl.host.manager import Host
 from unirl.recipe.schema import Recipe
 
 CONFIG_MODULE = "unirl.recipe.conf"
 RECIPES_PACKAGE = "unirl.recipe.recipes"
-_REGISTERED: set[int] = set()
 
 
 def shipped_recipes() -> dict[str, Any]:
@@ -72,39 +68,6 @@ def unknown_file_keys(node: Any) -> list[Any]:
     return unknown_keys(merged)
 
 
-def register_configs(host: Host) -> None:
-    """Store the schema, the recipes, and one option per framework and scheduler in Hydra's ConfigStore."""
-    if id(host) in _REGISTERED:
-        return
-    from hydra.core.config_store import ConfigStore
-    from omegaconf import OmegaConf
-
-    cs = ConfigStore.instance()
-    cs.store(name="unirl_schema", node=Recipe)
-    for name, resource in shipped_recipes().items():
-        cs.store(group="recipe", name=name, node=OmegaConf.create(resource.read_text()), package="_global_")
-    for entry in host.frameworks:
-        cs.store(group="framework", name=entry.name, node=dict(host.frameworks.get(entry.name).options),
-                 package="framework")
-    for entry in host.schedulers:
-        cs.store(group="scheduler", name=entry.name, node=dict(host.schedulers.get(entry.name).options),
-                 package="scheduler")
-    host.pm.hook.unirl_add_configs(config_store=cs)
-    _REGISTERED.add(id(host))
-
-
-def compose(host: Host, overrides: list[str]) -> Any:
-    """The composed config for ``overrides`` (no run directory is made)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-
-    register_configs(host)
-    GlobalHydra.instance().clear()
-    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
-
-
 def to_recipe(cfg: Any) -> Recipe:
     """The typed Recipe from a composed config (composition already typed it against ``unirl_schema``)."""
     from omegaconf import OmegaConf
@@ -120,31 +83,6 @@ def to_recipe(cfg: Any) -> Recipe:
         raise UnirlError(f"the composed config is not a unirl recipe (got {type(recipe).__name__}); "
                          "is unirl_schema first in the defaults list?")
     return recipe
-
-
-def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:
-    """Validate the recipe and translate it with its framework's plugin (pure: nothing is launched)."""
-    check(host, recipe)
-    return host.frameworks.get(recipe.framework["name"]).plan(recipe)
-
-
-def check(host: Host, recipe: Recipe) -> None:
-    """Validate a recipe against the schema's ranges and what the loaded plugins provide."""
-    from unirl.recipe.schema import validate
-
-    name = recipe.framework.get("name")
-    if not name:
-        raise UnirlError("no framework selected: pass framework=<name> (installed: "
-                         f"{', '.join(host.frameworks.names()) or 'none'})")
-    host.frameworks.entry(name)
-    scheduler = recipe.scheduler.get("name")
-    if scheduler:
-        host.schedulers.entry(scheduler)
-    from unirl.rewards.spec import register_reward_files
-
-    register_reward_files(recipe, host.rewards)
-    validate(recipe, known_rewards=host.rewards.names())
-
 
 
 def unknown_keys(cfg: Any, prefix: str = "") -> list[Any]:
@@ -174,7 +112,7 @@ def unknown_keys(cfg: Any, prefix: str = "") -> list[Any]:
         return found  # a free-form dict
     fields = {f.name for f in dataclasses.fields(schema)}
     for key in cfg:
-        name = f"{prefix}{key}"
+        name = f"{prefix}{key!s}"
         if key not in fields:
             close = difflib.get_close_matches(str(key), sorted(fields), n=1, cutoff=0.6)
             hint = f"did you mean {prefix}{close[0]}? " if close else ""

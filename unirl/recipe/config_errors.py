@@ -7,11 +7,10 @@ only in the exception's cause. This module walks the cause chain and says what w
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import re
-from typing import Any
 
+from unirl.recipe.fields import normalise, schema_fields
 from unirl.recipe.schema import Recipe
 
 _KEY_NOT_IN = re.compile(r"Key '([^']+)' not in '(\w+)'")
@@ -45,28 +44,13 @@ def describe(exc: BaseException) -> str:
 
 def closest_field(dotted: str) -> str | None:
     """The recipe field nearest to a misspelled dotted key (``algorithm.lrr`` -> ``algorithm.lr``)."""
-    parts = dotted.split(".")
-    node: Any = Recipe
-    for part in parts[:-1]:
-        fields = {f.name: f for f in dataclasses.fields(node)} if dataclasses.is_dataclass(node) else {}
-        if part not in fields:
-            return None
-        node = _dataclass_of(fields[part])
-        if node is None:
-            return None
-    names = [f.name for f in dataclasses.fields(node)] if dataclasses.is_dataclass(node) else []
-    close = difflib.get_close_matches(parts[-1], names, n=1, cutoff=0.6)
-    return ".".join([*parts[:-1], close[0]]) if close else None
-
-
-def _dataclass_of(field: dataclasses.Field[Any]) -> Any:
-    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        value = field.default_factory()  # type: ignore[misc]
-        if dataclasses.is_dataclass(value):
-            return type(value)
-        if isinstance(value, list) and value and dataclasses.is_dataclass(value[0]):
-            return type(value[0])
-    return None
+    parent, _, last = dotted.rpartition(".")
+    group = normalise(parent)
+    inside = [f.name[len(group) + 1:] if group else f.name for f in schema_fields(Recipe)
+              if not group or f.name.startswith(f"{group}.")]
+    names = sorted({name.split(".")[0].removesuffix("[]") for name in inside})
+    close = difflib.get_close_matches(last, names, n=1, cutoff=0.6)
+    return f"{parent}.{close[0]}" if close and parent else (close[0] if close else None)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

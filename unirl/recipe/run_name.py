@@ -38,7 +38,7 @@ def raw_problems(overrides: Iterable[str]) -> list[FieldError]:
     """Interpolations in ``run.name`` where they are written: the command line and the selected recipe files.
 
     Runs before Hydra composes; the recipe files are those ``recipe=`` names (already registered in Hydra's
-    ConfigStore by :func:`unirl.cli.main.normalise`), else the primary config's default recipe."""
+    ConfigStore by :func:`unirl.cli.run.normalise`), else the primary config's default recipe."""
     overrides = list(overrides)
     found: list[FieldError] = []
     for override in overrides:

@@ -11,7 +11,7 @@ from typing import Any
 try:
     import orjson
 except ImportError:  # optional: the core stays pure Python
-    orjson = None
+    orjson = None  # type: ignore[assignment]
 
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
@@ -23,12 +23,21 @@ SUMMARY = "summary.json"
 CURVES = "curves.png"
 
 
+ROLE_RUN = "run"
+"""This process reports the whole run: every lifecycle hook, once (TRL's runner)."""
+ROLE_SCORER = "scorer"
+"""This process is one of a native backend's that score rewards (verl's reward workers, OpenRLHF's engine actors,
+NeMo RL's environment actor, slime's rollout process); a run may have several, each reporting what it scored."""
+
+
 @dataclass
 class RunInfo:
     run_dir: Path
     framework: str
     recipe: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    role: str = ROLE_RUN
+    """:data:`ROLE_RUN` or :data:`ROLE_SCORER`: which part of the run this process reports."""
 
     def path(self, name: str) -> Path:
         return self.run_dir / name

@@ -1,4 +1,8 @@
-"""Built-in plugin: a progress bar (steps, reward, time left) on a terminal, plain lines elsewhere."""
+"""Built-in plugin: a progress bar (steps, reward, time left) on a terminal, plain lines elsewhere.
+
+Only the process that reports the whole run shows it; a native backend's scoring processes (several, often without
+a terminal or rich) load the plugin and stay quiet.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import time
 from typing import Any
 
 from unirl.hookspecs import hookimpl
-from unirl.record.layout import RunInfo
+from unirl.record.layout import ROLE_RUN, RunInfo
 
 
 class _Display:
@@ -66,7 +70,8 @@ _DISPLAYS: dict[str, _Display] = {}
 
 
 def _enabled(run: RunInfo) -> bool:
-    return bool(run.recipe.get("logging", {}).get("progress", True)) and sys.stderr is not None
+    return run.role == ROLE_RUN and bool(run.recipe.get("logging", {}).get("progress", True)) \
+        and sys.stderr is not None
 
 
 @hookimpl

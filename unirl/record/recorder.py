@@ -1,16 +1,22 @@
-"""Built-in plugin: records every run's metrics, trajectories and evaluations in its directory."""
+"""Built-in plugin: records every run's metrics, trajectories and evaluations in its directory.
+
+It runs wherever a :class:`~unirl.record.run_recorder.RunRecorder` fires: in TRL's runner, and in each process of a
+native backend that scores rewards, which appends its scored completions to the same trajectory log (line-atomic
+appends keep several writers whole). ``summary.json`` and the curves belong to the process that reports the whole
+run (``run.role == "run"``), never to one of several scorers.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from unirl.hookspecs import hookimpl
-from unirl.record.layout import EVAL, METRICS, SUMMARY, RunInfo, append_jsonl, write_json
+from unirl.record.layout import EVAL, METRICS, ROLE_RUN, SUMMARY, RunInfo, append_jsonl, write_json
 from unirl.record.trajectory_log import TrajectorySampling
 
 
 @hookimpl
-def unirl_rollouts_scored(run: RunInfo, step: int, records: list[dict[str, Any]]) -> None:
+def unirl_rollouts_scored(run: RunInfo, step: int | None, records: list[dict[str, Any]]) -> None:
     logging = run.recipe.get("logging", {})
     if logging.get("trajectories", True):
         sampling = TrajectorySampling.from_logging(logging)
@@ -30,6 +36,8 @@ def unirl_eval_done(run: RunInfo, step: int, summary: dict[str, Any], records: l
 
 @hookimpl
 def unirl_run_end(run: RunInfo, summary: dict[str, Any]) -> None:
+    if run.role != ROLE_RUN:
+        return
     write_json(run.path(SUMMARY), summary)
     if summary.get("state") == "completed" and run.recipe.get("logging", {}).get("plot", True):
         from unirl.record.plot import plot_run

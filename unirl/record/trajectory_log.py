@@ -45,7 +45,8 @@ class TrajectorySampling:
         keep_step = self.keeps_step(step)
         if keep_step and self.per_group is None:
             return records
-        kept, seen = [], {}
+        kept: list[dict[str, Any]] = []
+        seen: dict[Any, int] = {}
         for record in records:
             if record.get("errors"):
                 kept.append(record)

@@ -16,9 +16,10 @@ async def api_judge(sample: unirl.Sample) -> float: ...
 
 A reward returns a float or a :class:`RewardResult`. Its named ``components`` are declared in the
 decorator: the component set is fixed per recipe, so every sample carries the same keys on every
-backend (verl KeyErrors or silently drops keys that differ between samples). Registration: this
-decorator (in an installed package's entry point ``unirl``, a ``unirlfile.py``, or a file named in
-the recipe's ``rewards[].file``) or the ``unirl_add_rewards`` hook.
+backend (verl KeyErrors or silently drops keys that differ between samples). Registration: the
+``unirl_add_rewards`` hook of a plugin (an installed package's entry point ``unirl``, a ``unirlfile.py``, or a file
+named in the recipe's ``rewards[].file``, which is registered as a plugin too), or this decorator alone in one of
+those modules (the host adds decorated rewards no hook registered, attributed to the plugin that defined them).
 """
 
 from __future__ import annotations
@@ -166,8 +167,9 @@ def reward(
     return decorate
 
 
-def drain_decorated() -> list[RewardFunction]:
-    """Rewards defined with the decorator so far (the host adds them to its registry)."""
+def decorated_rewards() -> list[RewardFunction]:
+    """Every reward defined with the decorator in this process so far, the latest per name (the host adds those no
+    hook registered); nothing is removed, so a second host sees them too."""
     return list(_DECORATED.values())
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import logging
 import math
 import mmap
 import os
@@ -46,6 +47,8 @@ from unirl.rewards.contract import Sample
 from unirl.rewards.messages import ERROR_KINDS, CorruptMessage, decode
 from unirl.rewards.spec import RewardRuntimeSpec, load_reward
 from unirl.rewards.worker import LOST_CONNECTION, Item, LoadedReward, Outcome, call_rewards
+
+log = logging.getLogger(__name__)
 
 ASYNC_GRACE_S = 2.0  # an async gather that ignores cancellation is killed this long after its own timeout
 PIPELINE_DEPTH = 2  # tasks in flight per worker
@@ -478,9 +481,8 @@ class _Pool:
                     w.load_error = message[1]
                 elif tag == "recycle":
                     w.recycling = True
-                    print(f"unirl: reward worker {w.slot} uses {message[1]:.0f} MiB, above "
-                          f"reward_policy.worker_memory_mb={self.memory_mb:g}; replacing it (a reward may be leaking "
-                          "memory)", file=sys.stderr, flush=True)
+                    log.warning("reward worker %s uses %.0f MiB, above reward_policy.worker_memory_mb=%g; replacing "
+                                "it (a reward may be leaking memory)", w.slot, message[1], self.memory_mb)
                 else:
                     self._receive(w, *message)
         except CorruptMessage as exc:
@@ -605,8 +607,7 @@ class _Pool:
         kind, message = w.killed_for or ("crash", self._crash_message(w))
         if not self.reported_crash and kind == "crash":
             self.reported_crash = True
-            print(f"unirl: {message}; the worker was replaced (later crashes are counted, not printed)",
-                  file=sys.stderr, flush=True)
+            log.warning("%s; the worker was replaced (later crashes are counted, not printed)", message)
         self._replace(w, kind, message)
 
     def _crash_message(self, w: _Worker) -> str:

@@ -49,7 +49,8 @@ def plain_info(info: Any) -> dict[str, Any] | None:
     if size > INFO_MAX_BYTES:
         preview = json.dumps(plain, ensure_ascii=False)[:1000]
         return {"unirl_truncated": f"info of {size} bytes exceeds the {INFO_MAX_BYTES}-byte limit", "preview": preview}
-    return plain
+    checked: dict[str, Any] = plain  # a dict: _plain keeps a dict a dict, and anything else was wrapped above
+    return checked
 
 
 def _plain(value: Any, depth: int) -> Any:

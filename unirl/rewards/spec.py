@@ -16,6 +16,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from unirl.errors import FieldError, UnirlError
@@ -69,11 +70,11 @@ class RewardPolicy:
     """A reward worker above this resident memory after a task is replaced (a leaking reward), one above twice this
     during a call is killed and the call counted as a ``memory`` error; 0 = no limit."""
 
-    def resolved(self, backend: str | None) -> RewardPolicy:
-        """The policy with ``auto`` decided for ``backend`` (None: a backend that can exclude)."""
+    def resolved(self, can_exclude: bool) -> RewardPolicy:
+        """The policy with ``auto`` decided for a backend that can (or cannot) leave a failed sample's reward out:
+        its ``Capabilities.can_exclude_rewards``."""
         if self.on_error != "auto":
             return self
-        can_exclude = backend is None or backend in EXCLUDE_CAPABLE
         return replace(self, on_error="exclude" if can_exclude else "fallback")
 
     def problems(self) -> list[FieldError]:
@@ -132,7 +133,9 @@ class RewardRuntimeSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RewardRuntimeSpec:
         rewards = tuple(RewardEntry(**{**r, "components": tuple(r.get("components", ()))}) for r in data["rewards"])
-        spec = cls(rewards, RewardPolicy(**data.get("policy", {})).resolved(None), data.get("trajectory_log"),
+        # A spec the host wrote is resolved already; "auto" here is a hand-written one: read permissively, the
+        # backend's own check (check(can_exclude=...)) then refuses what it cannot do.
+        spec = cls(rewards, RewardPolicy(**data.get("policy", {})).resolved(True), data.get("trajectory_log"),
                    data.get("trajectory_per_group"))
         spec.check()
         return spec
@@ -144,22 +147,23 @@ class RewardRuntimeSpec:
         except FileNotFoundError as exc:
             raise UnirlError(f"reward specification {path} does not exist") from exc
 
-    def check(self, backend: str | None = None) -> None:
+    def check(self, *, can_exclude: bool = True, backend: str = "this backend") -> None:
+        """The policy's values, and ``exclude`` only where the backend can exclude (its declared capability;
+        ``backend`` names it in the refusal). Keyword-only: a backend name passed where the capability goes would
+        read as true."""
         p = self.policy
         problems = p.problems()
         if problems:
             raise problems[0]
-        if p.on_error == "exclude" and backend is not None and backend not in EXCLUDE_CAPABLE:
+        if p.on_error == "exclude" and not can_exclude:
             raise FieldError("reward_policy.on_error", p.on_error,
-                             f"fallback or abort on {backend}: it needs a number for every sample "
-                             f"(exclude works on {', '.join(EXCLUDE_CAPABLE)})")
+                             f"fallback or abort on {backend}: it needs a number for every sample (exclude needs a "
+                             "backend that can leave a failed sample's reward out; `unirl frameworks --json` shows "
+                             "can_exclude_rewards)")
         names = self.names
         if len(set(names)) != len(names):
             raise FieldError("rewards", names, "each reward at most once")
 
-
-# Backends whose reward column may hold "no value": TRL ignores None rewards (NaN-aware sums).
-EXCLUDE_CAPABLE = ("trl",)
 
 
 def entry_for(fn: RewardFunction, weight: float = 1.0, kwargs: dict[str, Any] | None = None,
@@ -169,31 +173,6 @@ def entry_for(fn: RewardFunction, weight: float = 1.0, kwargs: dict[str, Any] | 
     return RewardEntry(name=fn.name, ref=fn.ref, file=fn.file, weight=float(weight), kwargs=kwargs,
                        components=tuple(fn.components), kind=fn.kind,
                        inline=fn.is_trusted(kwargs) if inline is None else bool(inline))
-
-
-def register_reward_files(recipe: Any, registry: Any) -> None:
-    """Rewards from files named in the recipe register like any other (before names are checked).
-
-    Each file is imported in a throwaway interpreter first: a file that calls ``sys.exit`` or ``os._exit``, hangs,
-    or crashes the interpreter at import would otherwise end or stall unirl itself, silently. Only a file that
-    imported cleanly there is imported here.
-    """
-    from unirl.host.manager import add_decorated
-
-    budget = recipe.reward_policy.startup_timeout_s
-    for i, spec in enumerate(recipe.rewards):
-        if spec.file:
-            field_name = f"rewards[{i}].file"
-            probe_reward_file(spec.file, field_name, budget)
-            try:
-                load_reward_file(spec.file)
-            except FieldError as exc:
-                raise FieldError(field_name, spec.file, exc.allowed) from None
-            except BaseException as exc:  # SystemExit included: a file's import never ends unirl
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                raise FieldError(field_name, spec.file, f"a file that imports cleanly; it raised {exc!r}") from None
-    add_decorated(registry)
 
 
 _PROBE_OK = "unirl-reward-file-imported"
@@ -232,17 +211,7 @@ def probe_reward_file(path: str, field_name: str, timeout_s: float) -> None:
     _PROBED[key] = None
 
 
-def spec_from_recipe(recipe: Any, registry: Any, backend: str | None = None) -> RewardRuntimeSpec:
-    """The recipe's ``rewards`` and ``reward_policy`` resolved through the host's reward registry, checked for
-    ``backend``. Reward files load here too: a backend in another interpreter did not run the host's preflight."""
-    register_reward_files(recipe, registry)
-    entries = tuple(entry_for(registry.get(s.name), s.weight, s.kwargs, s.inline) for s in recipe.rewards)
-    spec = RewardRuntimeSpec(entries, RewardPolicy(**asdict(recipe.reward_policy)).resolved(backend))
-    spec.check(backend)
-    return spec
-
-
-def load_reward_file(path: str | Path) -> Any:
+def load_reward_file(path: str | Path) -> ModuleType:
     """Import a local reward file (its ``@unirl.reward`` functions register) under a stable module name."""
     file = Path(path).expanduser().resolve()
     if not file.is_file():

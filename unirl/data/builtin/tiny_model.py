@@ -32,8 +32,8 @@ def build_tokenizer() -> Any:
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")  # one token per character
     core.decoder = decoders.Fuse()
     core.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 1)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
-                                  unk_token="<unk>", padding_side="left")
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>",  # type: ignore[no-untyped-call]
+                                  eos_token="<eos>", unk_token="<unk>", padding_side="left")
     tok.chat_template = CHAT_TEMPLATE
     return tok
 

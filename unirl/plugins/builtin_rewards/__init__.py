@@ -1,1 +1,2 @@
-"""unirl's built-in rewards, shipped as an ordinary plugin (entry point ``unirl:rewards``)."""
+"""unirl's built-in rewards, an ordinary plugin (``rewards`` in :mod:`unirl.host.builtin`): math answers, formats,
+code execution in the sandbox."""

@@ -93,7 +93,7 @@ VERIFIERS = ("builtin", "math_verify")
 def builtin_verifier(kwargs: Mapping[str, Any]) -> bool:
     """The builtin comparison is a regex and a Fraction: bounded. sympy (math_verify) can run for minutes on a
     hostile expression, so that form is not trusted to score in the trainer's thread."""
-    return kwargs.get("verifier", "builtin") == "builtin"
+    return bool(kwargs.get("verifier", "builtin") == "builtin")
 
 
 @unirl.reward("math_answer", components=("has_answer",), trusted=builtin_verifier)

@@ -27,7 +27,7 @@ from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
 from unirl.host.registry import load_dotted
 from unirl.launch.run_lock import boot_id, note_child, started_text
-from unirl.launch.scheduler import BACKEND_LOG, JobResult, finish, read_summary, write_job_record
+from unirl.launch.scheduler import BACKEND_LOG, JobResult, SchedulerBase, finish, read_summary, write_job_record
 from unirl.process_tree import alive, process_start
 
 GRACE_S = 10.0
@@ -36,7 +36,7 @@ NAME = "local"
 PID = re.compile(r"[0-9]{1,10}")
 
 
-class LocalScheduler:
+class LocalScheduler(SchedulerBase):
     name = NAME
     description = "this machine: in-process for the embedded default, else a child process"
     options: ClassVar[dict[str, Any]] = {"name": NAME, "in_process": True}

@@ -26,15 +26,17 @@ import math
 from typing import Any, ClassVar
 
 from unirl.backend.contract import OMIT, Capabilities, Mapping
+from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
-from unirl.backend.native import NativeFramework, model_location
-from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan
+from unirl.backend.native import CHECKPOINTS, GPU_ON_RAY, SPEC_PATH, NativeFramework, model_location
+from unirl.backend.plan import LaunchPlan, in_run_dir
 from unirl.data.builtin.tiny_model import SHAPES
 from unirl.errors import FieldError
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
 
 NAME = "nemo_rl"
 CAPABILITIES = Capabilities(
+    **GPU_ON_RAY,
     native_algorithms=("GRPO", "DAPO", "GSPO", "CISPO", "GDPO", "REINFORCE++", "RLOO", "PPO (critic)", "DPO",
                        "SFT", "reward modelling", "on-policy distillation"),
     algorithms=("grpo",),
@@ -46,10 +48,8 @@ CAPABILITIES = Capabilities(
     multi_node="Ray cluster: cluster.num_nodes x cluster.gpus_per_node (ray.sub on Slurm, or KubeRay)",
     custom_reward="an EnvironmentInterface Ray actor registered in ENV_REGISTRY and ACTOR_ENVIRONMENT_REGISTRY "
                   "by a launcher in the driver (unirl.plugins.nemo_rl.launch)",
-    runs_on_cpu=False,
-    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
-    loss_aggregations=("token_mean", "seq_mean_token_mean"),
-    needs_gpu=True,
+    async_rollouts=True,
+    model_parallel=True,
     distribution=None,  # "nemo-rl" on PyPI is an empty 0.0.0 placeholder
     tested_version="0.7.0",
     install="docker pull nvcr.io/nvidia/nemo-rl:v0.7.0 (the repository is at /opt/nemo-rl inside), or "
@@ -62,8 +62,9 @@ DEFAULT_REPO = "/opt/nemo-rl"  # where the NeMo RL image keeps its checkout (doc
 BASE_CONFIG = "examples/configs/grpo_math_1B.yaml"
 LAUNCH_MODULE = "unirl.plugins.nemo_rl.launch"
 ENV_NAME = "unirl"  # unirl.adapters.nemo_rl.ENV_NAME; not imported: that module imports nemo_rl
-TRAIN_FILE = f"{RUN_DIR}/data/train.jsonl"
-EVAL_FILE = f"{RUN_DIR}/data/eval.jsonl"
+EXPORT_FORMAT = "nemo_rl_jsonl"
+TRAIN_FILE = export_path("train", EXPORT_FORMAT)
+EVAL_FILE = export_path("eval", EXPORT_FORMAT)
 PROMPT_BUDGET_TOKENS = 512  # the base config's whole max_total_sequence_length
 VAL_BATCH_SIZE = 256  # grpo.val_batch_size in the base config
 EVERY_VALIDATION_ROW = 10**9  # validate() stops at the end of its loader (no drop_last, grpo.py:410-416 @ v0.7.0)
@@ -119,14 +120,9 @@ def training_gpus(r: Recipe) -> int:
     return (nodes - (generation_nodes(r) or 0)) * per_node
 
 
-def global_batch(r: Recipe) -> int:
-    """Sequences per optimizer step: one mini-batch of the step's completions."""
-    return r.completions_per_step // r.algorithm.mini_batches_per_step
-
-
 def micro_batch(r: Recipe) -> int:
     """Sequences per GPU per forward/backward: the recipe's, else one training GPU's share of a mini-batch."""
-    return r.algorithm.micro_batch_size or max(1, global_batch(r) // max(1, training_gpus(r)))
+    return r.micro_batch(training_gpus(r))
 
 
 def warmup_steps(r: Recipe) -> int:
@@ -185,13 +181,12 @@ MAPPING: tuple[Mapping, ...] = (
             "NeMo RL counts prompts per step (the dataloader's batch, drop_last=True)", native_default=32),
     Mapping("algorithm.samples_per_prompt", "grpo.num_generations_per_prompt",
             lambda r: r.algorithm.samples_per_prompt, native_default=16),
-    Mapping("algorithm.mini_batches_per_step", f"{P}.train_global_batch_size", global_batch,
+    Mapping("algorithm.mini_batches_per_step", f"{P}.train_global_batch_size", lambda r: r.completions_per_update,
             "counts sequences per optimizer step: prompts x samples / mini_batches_per_step", native_default=512),
     Mapping("algorithm.micro_batch_size", f"{P}.train_micro_batch_size", micro_batch,
             "sequences per GPU per pass (null: one training GPU's share of a mini-batch); with sequence packing "
             "it sets the packed token budget, x max_total_sequence_length", native_default=4),
-    Mapping("algorithm.epochs_per_batch", "(one pass per step)", lambda r: 1,
-            supported=lambda r: r.algorithm.epochs_per_batch == 1,
+    Mapping("algorithm.epochs_per_batch", "(one pass per step)", lambda r: 1, allowed=(1,),
             supported_text="epochs_per_batch=1 only: GRPO in NeMo RL trains once on each step's rollouts "
                            "(no PPO epochs key)"),
     # optimizer
@@ -223,16 +218,15 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.loss_aggregation", "loss_fn.token_level_loss",
             lambda r: TOKEN_LEVEL_LOSS[r.algorithm.loss_aggregation],
             "true: mean over the global batch's tokens; false: token mean per sequence, then over sequences",
-            supported=lambda r: r.algorithm.loss_aggregation in TOKEN_LEVEL_LOSS,
+            allowed=tuple(TOKEN_LEVEL_LOSS),
             supported_text="token_mean (token_level_loss=true) and seq_mean_token_mean (token_level_loss=false); "
                            "NeMo RL has no sum-per-sequence / max-length normalisation (Dr. GRPO)",
             native_default=True),
-    Mapping("algorithm.entropy_coef", "(no entropy bonus)", lambda r: 0.0,
-            supported=lambda r: r.algorithm.entropy_coef == 0,
+    Mapping("algorithm.entropy_coef", "(no entropy bonus)", lambda r: 0.0, allowed=(0.0,),
             supported_text="entropy_coef=0 only: ClippedPGLossFn has no entropy term (it logs approx_entropy)"),
     # advantages: standard GRPO = group mean baseline (NeMo RL defaults to leave-one-out), optionally / group std
     Mapping("algorithm.advantage_norm", "grpo.normalize_rewards", lambda r: r.algorithm.advantage_norm == "group",
-            supported=lambda r: r.algorithm.advantage_norm in ("group", "none"),
+            allowed=("group", "none"),
             supported_text="group (divide by the group's reward std) or none; NeMo RL's GRPO estimator has no "
                            "batch-level normalisation", native_default=True),
     Mapping("algorithm.advantage_norm", "grpo.adv_estimator.normalize_rewards",
@@ -279,19 +273,17 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("data.prompt_template", "data.default.prompt_file", lambda r: None,
             "unirl renders the prompt; NeMo RL's chain-of-thought template would wrap it again",
             native_default="examples/prompts/cot.txt"),
-    Mapping("data.chat_template", "data.default.processor", lambda r: "math_hf_data_processor",
-            supported=lambda r: r.data.chat_template,
+    Mapping("data.chat_template", "data.default.processor", lambda r: "math_hf_data_processor", allowed=(True,),
             supported_text="data.chat_template=true only: math_hf_data_processor always renders the prompt with "
                            "the tokenizer's chat template (nemo_rl/data/processors.py:408-413)",
             native_default="math_hf_data_processor"),
-    Mapping("data.max_prompt_tokens", "(data.max_input_seq_length)", lambda r: None,
-            supported=lambda r: r.data.max_prompt_tokens is None,
+    Mapping("data.max_prompt_tokens", "(data.max_input_seq_length)", lambda r: None, allowed=(None,),
             supported_text="null only: NeMo RL does not cut long prompts from the left; a prompt reaching "
                            "data.max_input_seq_length is cut to 4 tokens and masked out of the loss "
                            "(processors.py:427-433); size framework.max_total_sequence_length instead"),
     Mapping("rewards", "data.default.env_name", lambda r: ENV_NAME, "unirl's reward environment, registered by "
             "unirl.plugins.nemo_rl.launch", native_default="math"),
-    Mapping("rewards", f"+env.{ENV_NAME}.unirl_spec", lambda r: f"{RUN_DIR}/reward_spec.json",
+    Mapping("rewards", f"+env.{ENV_NAME}.unirl_spec", lambda r: SPEC_PATH,
             "the run's reward spec reaches the environment actor"),
     Mapping("seed", "grpo.seed", lambda r: r.seed, native_default=42),
     # model
@@ -327,7 +319,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("run.checkpoint_every", "checkpointing.save_period", lambda r: r.run.checkpoint_every or r.algorithm.steps,
             "0: only the last step (NeMo RL always saves the last step; a period of 0 would divide by zero)",
             native_default=10),
-    Mapping("run.checkpoint_every", "checkpointing.checkpoint_dir", lambda r: f"{RUN_DIR}/checkpoints",
+    Mapping("run.checkpoint_every", "checkpointing.checkpoint_dir", lambda r: CHECKPOINTS,
             native_default="results/grpo"),
     Mapping("run.checkpoint_every", "checkpointing.metric_name", lambda r: None,
             "null: keep the newest checkpoints, not the best by a validation metric", native_default="val:accuracy"),
@@ -335,7 +327,7 @@ MAPPING: tuple[Mapping, ...] = (
             "NeMo RL resumes from the newest checkpoint in checkpoint_dir whenever there is one (grpo.py:320); "
             "a new run directory has none"),
     Mapping("run.name", "logger.wandb.name", lambda r: r.run.name, native_default="grpo-dev-logger"),
-    Mapping("logging.every_steps", "logger.log_dir", lambda r: f"{RUN_DIR}/logs",
+    Mapping("logging.every_steps", "logger.log_dir", lambda r: in_run_dir("logs"),
             "NeMo RL logs every step into a new exp_NNN folder here; unirl's cadence applies to its own records",
             native_default="logs"),
 )
@@ -348,6 +340,7 @@ class NemoRlFramework(NativeFramework):
     mapping = MAPPING
     plugin_package = "unirl.plugins.nemo_rl"
     check_module = None  # NeMo RL needs Python 3.13 and GPUs: plans are checked against the key schema
+    export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = ("the data.train/data.default layout and examples/run_grpo.py this plugin's mapping and "
                                "key schema are written for; a newer main checkout such as 7ea279a takes every key "
@@ -360,18 +353,18 @@ class NemoRlFramework(NativeFramework):
         "generation_nodes": None,
     }
 
-    def plan(self, recipe: Recipe) -> LaunchPlan:
-        t = self.translation(recipe)
-        version, installed, rows, native = t.version, t.installed, t.rows, t.native
-        self.refuse(t.problems + _resource_problems(recipe))
-        extra = self.overrides(recipe)
-        rows += extra
-        native.update({row.native_key: row.value for row in extra})
+    def extra_problems(self, recipe: Recipe) -> list[FieldError]:
+        return _resource_problems(recipe)
+
+    def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
+        return {"base_config": str(option(recipe, "base_config")), "overrides": native}
+
+    def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
+        return ["python", "-m", LAUNCH_MODULE, "--repo", str(option(recipe, "repo")), "--config",
+                str(option(recipe, "base_config")), *to_overrides(native)]
+
+    def notes(self, recipe: Recipe) -> list[str]:
         repo, base_config = str(option(recipe, "repo")), str(option(recipe, "base_config"))
-        data = [DataExport("train", recipe.data.train, "nemo_rl_jsonl", TRAIN_FILE,
-                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
-        if recipe.data.eval:
-            data.append(DataExport("eval", recipe.data.eval, "nemo_rl_jsonl", EVAL_FILE))
         notes = [
             "launched through unirl.plugins.nemo_rl.launch, which registers the 'unirl' environment and then runs "
             f"{repo}/examples/run_grpo.py unchanged, from {repo} (NeMo RL's prompt files are relative to it)",
@@ -383,18 +376,10 @@ class NemoRlFramework(NativeFramework):
             "drawn twice in one step forms one larger group",
             "held-out evaluation is NeMo RL's validation: sampled completions, val:accuracy = mean total reward",
         ]
-        if recipe.model.path.startswith(BUILTIN_PREFIX):
-            notes.append("the builtin model is written to {run_dir}/model at launch")
         if base_config != BASE_CONFIG:
             notes.append(f"framework.base_config={base_config}: the key schema describes {BASE_CONFIG} only, so "
                          "the overrides are not checked against it")
-        command = ["python", "-m", LAUNCH_MODULE, "--repo", repo, "--config", base_config, *to_overrides(native)]
-        return self.build_plan(
-            recipe, version=version, installed=installed,
-            native_config={"base_config": base_config, "overrides": native}, rows=rows, command=command,
-            data=data, notes=notes,
-            files={"model/": "<the builtin model and tokenizer>"} if recipe.model.path.startswith(BUILTIN_PREFIX)
-            else None)
+        return notes
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
         from unirl.plugins.nemo_rl.schema import cross_field_problems, key_problems, merged_config
@@ -402,10 +387,11 @@ class NemoRlFramework(NativeFramework):
         if plan.native_config.get("base_config") != BASE_CONFIG:
             return []
         overrides = plan.native_config["overrides"]
-        problems = key_problems(overrides, plan.target_version or CAPABILITIES.tested_version)
+        problems = key_problems(overrides, self.plan_tables_version(plan))
         if problems:
             return problems  # the cross-field checks assume every key exists with its type
         return cross_field_problems(merged_config(overrides))
+
 
 def _resource_problems(r: Recipe) -> list[FieldError]:
     """What NeMo RL checks only once Ray is up: generation GPUs, the sequence budget, and batch splits."""
@@ -438,7 +424,7 @@ def _resource_problems(r: Recipe) -> list[FieldError]:
             "set framework.max_total_sequence_length"))
     train = training_gpus(r)
     if train > 0 and r.completions_per_step % r.algorithm.mini_batches_per_step == 0:
-        per_update = global_batch(r)
+        per_update = r.completions_per_update
         if per_update % train:
             problems.append(FieldError(
                 "algorithm.mini_batches_per_step", r.algorithm.mini_batches_per_step,

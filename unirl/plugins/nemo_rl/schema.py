@@ -443,7 +443,7 @@ def training_gpus(config: dict[str, Any]) -> int:
 
 def model_parallel_size(config: dict[str, Any]) -> int:
     if config["policy.megatron_cfg.enabled"]:
-        sizes = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
+        sizes: tuple[str, ...] = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")
         section = "policy.megatron_cfg"
     else:
         sizes = ("tensor_parallel_size", "context_parallel_size")

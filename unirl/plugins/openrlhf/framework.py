@@ -18,16 +18,18 @@ import functools
 import json
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from unirl.backend.contract import OMIT, Capabilities, Mapping
-from unirl.backend.native import NativeFramework, model_location
-from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan
+from unirl.backend.contract import OMIT, Capabilities, Mapping, store_true
+from unirl.backend.export import export_path
+from unirl.backend.native import CHECKPOINTS, GPU_ON_RAY, SPEC_FILE, NativeFramework, model_location
+from unirl.backend.plan import LaunchPlan, in_run_dir
 from unirl.errors import FieldError, UnirlError, Unsupported
-from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
+from unirl.recipe.schema import Recipe
 
 NAME = "openrlhf"
 CAPABILITIES = Capabilities(
+    **GPU_ON_RAY,
     native_algorithms=("PPO", "GRPO (group_norm)", "Dr. GRPO", "REINFORCE++", "REINFORCE++-baseline", "RLOO",
                        "GSPO loss", "DPO/SFT/RM (other entry points)"),
     algorithms=("grpo",),
@@ -37,10 +39,7 @@ CAPABILITIES = Capabilities(
     training_backends=("DeepSpeed (ZeRO 1-3, AutoTP, ring attention)",),
     multi_node="Ray cluster (ray start; ray job submit python -m openrlhf.cli.train_ppo_ray)",
     custom_reward="--reward.remote_url: a .py file with reward_func(queries, prompts, labels) or an HTTP URL",
-    runs_on_cpu=False,
-    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
-    loss_aggregations=("token_mean", "seq_mean_token_mean"),
-    needs_gpu=True,
+    async_rollouts=True,
     distribution="openrlhf",
     tested_version="0.11.2",
     install="pip install 'openrlhf[vllm]==0.11.2' (flash-attn and vLLM need CUDA) or the nvcr.io PyTorch image + pip",
@@ -48,6 +47,7 @@ CAPABILITIES = Capabilities(
 )
 SUPPORTED_VERSIONS = ">=0.10.2,<0.12"
 REWARD_FILE = "openrlhf_reward.py"
+EXPORT_FORMAT = "openrlhf_jsonl"
 
 KL_ESTIMATOR = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
 LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
@@ -57,33 +57,19 @@ LR_SCHEDULE = {"constant": "constant", "linear": "linear", "cosine": "cosine_wit
 PARAM_DTYPE = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def total_gpus(r: Recipe) -> int:
-    return r.resources.nodes * r.resources.gpus_per_node
-
-
 def train_gpus_per_node(r: Recipe) -> int:
     """Training GPUs per node: all of them when colocated, else what the rollout engines leave."""
-    return (total_gpus(r) - r.rollout_gpus) // r.resources.nodes
+    return (r.total_gpus - r.rollout_gpus) // r.resources.nodes
 
 
 def vllm_engines(r: Recipe) -> int:
-    gpus = total_gpus(r) if r.rollout.colocated else r.rollout_gpus
+    gpus = r.total_gpus if r.rollout.colocated else r.rollout_gpus
     return gpus // r.rollout.tensor_parallel
-
-
-def micro_per_gpu(r: Recipe) -> int:
-    a = r.algorithm
-    return a.micro_batch_size or max(1, r.completions_per_step // a.mini_batches_per_step // r.world_size)
 
 
 def updates(r: Recipe) -> int:
     """Optimizer updates in the whole run: OpenRLHF's scheduler horizon."""
     return r.algorithm.steps * r.algorithm.mini_batches_per_step * r.algorithm.epochs_per_batch
-
-
-def flag_on(value: bool) -> Any:
-    """A store_true flag: sent bare when true, not sent when false (its default)."""
-    return True if value else OMIT
 
 
 MAPPING: tuple[Mapping, ...] = (
@@ -93,17 +79,15 @@ MAPPING: tuple[Mapping, ...] = (
             native_default=1),
     Mapping("algorithm.prompts_per_step", "rollout.batch_size", lambda r: r.algorithm.prompts_per_step,
             "prompts per step", native_default=1024),
-    Mapping("algorithm.mini_batches_per_step", "train.batch_size",
-            lambda r: r.completions_per_step // r.algorithm.mini_batches_per_step,
+    Mapping("algorithm.mini_batches_per_step", "train.batch_size", lambda r: r.completions_per_update,
             "completions per optimizer update", native_default=128),
-    Mapping("algorithm.micro_batch_size", "train.micro_batch_size", micro_per_gpu, "completions per GPU per pass",
-            native_default=1),
-    Mapping("algorithm.micro_batch_size", "rollout.micro_batch_size", micro_per_gpu,
+    Mapping("algorithm.micro_batch_size", "train.micro_batch_size", lambda r: r.micro_batch(),
+            "completions per GPU per pass", native_default=1),
+    Mapping("algorithm.micro_batch_size", "rollout.micro_batch_size", lambda r: r.micro_batch(),
             "completions per GPU when computing log-probs", native_default=1),
     Mapping("algorithm.steps", "train.num_episodes", lambda r: 1,
             "one pass over the exported file of steps x prompts_per_step prompts", native_default=1),
-    Mapping("algorithm.steps", "data.max_samples", lambda r: r.algorithm.steps * r.algorithm.prompts_per_step,
-            native_default=100000000),
+    Mapping("algorithm.steps", "data.max_samples", lambda r: r.prompts_per_run, native_default=100000000),
     Mapping("algorithm.epochs_per_batch", "train.max_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "actor.adam.lr", lambda r: r.algorithm.lr, native_default=1e-6),
     Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lambda r: LR_SCHEDULE[r.algorithm.lr_schedule],
@@ -117,15 +101,14 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.max_grad_norm", "actor.max_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
     Mapping("algorithm.kl_coef", "algo.kl.init_coef", lambda r: r.algorithm.kl_coef,
             "0 = no reference model", native_default=0.01),
-    Mapping("algorithm.kl_coef", "algo.kl.use_loss", lambda r: flag_on(r.algorithm.kl_coef > 0),
+    Mapping("algorithm.kl_coef", "algo.kl.use_loss", lambda r: store_true(r.algorithm.kl_coef > 0),
             "KL as a loss term (GRPO's form), not in the reward", native_default=False),
     Mapping("algorithm.kl_estimator", "algo.kl.estimator", lambda r: KL_ESTIMATOR[r.algorithm.kl_estimator],
             native_default="k1"),
     Mapping("algorithm.clip_high", "actor.eps_clip_low_high",
             lambda r: [r.algorithm.clip_low, r.algorithm.clip_high or r.algorithm.clip_low], native_default=None),
     Mapping("algorithm.loss_aggregation", "actor.loss_agg_mode",
-            lambda r: LOSS_AGG.get(r.algorithm.loss_aggregation, OMIT),
-            supported=lambda r: r.algorithm.loss_aggregation in LOSS_AGG,
+            lambda r: LOSS_AGG.get(r.algorithm.loss_aggregation, OMIT), allowed=tuple(LOSS_AGG),
             supported_text="token_mean and seq_mean_token_mean (--actor.loss_agg_mode)", native_default="token-mean"),
     Mapping("algorithm.entropy_coef", "actor.entropy_coef",
             lambda r: r.algorithm.entropy_coef if r.algorithm.entropy_coef else OMIT, native_default=None),
@@ -136,13 +119,13 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("data.max_prompt_tokens", "data.max_len",
             lambda r: r.data.max_prompt_tokens + r.algorithm.max_new_tokens if r.data.max_prompt_tokens else OMIT,
             "prompt + completion tokens; null: OpenRLHF's 2048", native_default=2048),
-    Mapping("data.train", "data.prompt_dataset", lambda r: f"{RUN_DIR}/data/train.jsonl",
+    Mapping("data.train", "data.prompt_dataset", lambda r: export_path("train", EXPORT_FORMAT),
             "exported by unirl as JSONL {input, label, datasource}", native_default=None),
     Mapping("data.prompt_key", "data.input_key", lambda r: "input", native_default="input"),
     Mapping("data.answer_key", "data.label_key", lambda r: "label", native_default=None),
-    Mapping("data.chat_template", "data.apply_chat_template", lambda r: flag_on(r.data.chat_template),
+    Mapping("data.chat_template", "data.apply_chat_template", lambda r: store_true(r.data.chat_template),
             native_default=False),
-    Mapping("data.eval", "eval.dataset", lambda r: f"{RUN_DIR}/data/eval.jsonl" if r.data.eval else OMIT,
+    Mapping("data.eval", "eval.dataset", lambda r: export_path("eval", EXPORT_FORMAT) if r.data.eval else OMIT,
             native_default=None),
     Mapping("eval.every_steps", "eval.steps",
             lambda r: r.eval.every_steps if r.data.eval and r.eval.every_steps else OMIT, native_default=-1),
@@ -152,35 +135,34 @@ MAPPING: tuple[Mapping, ...] = (
             "temperature 0 = greedy in vLLM", native_default=0.6),
     Mapping("seed", "train.seed", lambda r: r.seed, native_default=42),
     Mapping("model.path", "actor.model_name_or_path", model_location, native_default=None),
-    Mapping("model.dtype", "ds.param_dtype", lambda r: PARAM_DTYPE[r.model.dtype],
-            supported=lambda r: r.model.dtype in PARAM_DTYPE,
+    Mapping("model.dtype", "ds.param_dtype", lambda r: PARAM_DTYPE[r.model.dtype], allowed=tuple(PARAM_DTYPE),
             supported_text="bfloat16 and float16 (--ds.param_dtype bf16|fp16)", native_default="bf16"),
     Mapping("resources.gradient_checkpointing", "actor.gradient_checkpointing_enable",
-            lambda r: flag_on(r.resources.gradient_checkpointing), native_default=False),
+            lambda r: store_true(r.resources.gradient_checkpointing), native_default=False),
     Mapping("rollout.tensor_parallel", "vllm.tensor_parallel_size", lambda r: r.rollout.tensor_parallel,
             native_default=1),
     Mapping("rollout.gpu_memory_fraction", "vllm.gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
             native_default=0.95),
     Mapping("rollout.colocated", "vllm.num_engines", vllm_engines,
             "colocated: every GPU / TP; else rollout.gpus / TP", native_default=None),
-    Mapping("rollout.colocated", "train.colocate_all", lambda r: flag_on(r.rollout.colocated), native_default=False),
-    Mapping("rollout.colocated", "vllm.enable_sleep", lambda r: flag_on(r.rollout.colocated),
+    Mapping("rollout.colocated", "train.colocate_all", lambda r: store_true(r.rollout.colocated), native_default=False),
+    Mapping("rollout.colocated", "vllm.enable_sleep", lambda r: store_true(r.rollout.colocated),
             "colocated engines sleep while the actor trains", native_default=False),
-    Mapping("rollout.colocated", "ds.enable_sleep", lambda r: flag_on(r.rollout.colocated), native_default=False),
-    Mapping("rollout.colocated", "train.colocate_actor_ref", lambda r: flag_on(not r.rollout.colocated),
+    Mapping("rollout.colocated", "ds.enable_sleep", lambda r: store_true(r.rollout.colocated), native_default=False),
+    Mapping("rollout.colocated", "train.colocate_actor_ref", lambda r: store_true(not r.rollout.colocated),
             "the reference model shares the actor's GPUs", native_default=False),
     Mapping("resources.nodes", "actor.num_nodes", lambda r: r.resources.nodes, native_default=1),
     Mapping("resources.gpus_per_node", "actor.num_gpus_per_node", train_gpus_per_node,
             "training GPUs per node (rollout-only GPUs excluded)", native_default=8),
     Mapping("resources.nodes", "ref.num_nodes", lambda r: r.resources.nodes, native_default=1),
     Mapping("resources.gpus_per_node", "ref.num_gpus_per_node", train_gpus_per_node, native_default=8),
-    Mapping("rewards", "reward.remote_url", lambda r: f"{RUN_DIR}/{REWARD_FILE}",
+    Mapping("rewards", "reward.remote_url", lambda r: in_run_dir(REWARD_FILE),
             "generated at launch: unirl's reward_func, reading the run's reward spec", native_default=None),
     Mapping("run.checkpoint_every", "ckpt.save_steps", lambda r: r.run.checkpoint_every or -1, native_default=-1),
-    Mapping("run.name", "ckpt.output_dir", lambda r: f"{RUN_DIR}/checkpoints", native_default="./ckpt"),
-    Mapping("run.name", "ckpt.path", lambda r: f"{RUN_DIR}/checkpoints/ppo_ray",
+    Mapping("run.name", "ckpt.output_dir", lambda r: CHECKPOINTS, native_default="./ckpt"),
+    Mapping("run.name", "ckpt.path", lambda r: f"{CHECKPOINTS}/ppo_ray",
             native_default="./ckpt/checkpoints_ppo_ray"),
-    Mapping("run.resume", "ckpt.load_enable", lambda r: flag_on(r.run.resume), native_default=False),
+    Mapping("run.resume", "ckpt.load_enable", lambda r: store_true(r.run.resume), native_default=False),
     Mapping("logging.every_steps", "logger.logging_steps", lambda r: r.logging.every_steps, native_default=1),
 )
 
@@ -232,40 +214,35 @@ class OpenRlhfFramework(NativeFramework):
     mapping = MAPPING
     plugin_package = "unirl.plugins.openrlhf"
     check_module = "unirl.plugins.openrlhf.native_check"
-    extra_options: ClassVar[dict[str, Any]] = {}
+    export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"
 
-    def plan(self, recipe: Recipe) -> LaunchPlan:
-        t = self.translation(recipe)
-        version, installed, rows, flags = t.version, t.installed, t.rows, t.native
-        self.refuse(t.problems + _resource_problems(recipe))
-        extra = self.overrides(recipe)
-        rows += extra
-        flags.update({row.native_key: row.value for row in extra})
-        schema = option_schema(version)
-        argv = render(flags, schema, version)
-        data = [DataExport("train", recipe.data.train, "openrlhf_jsonl", f"{RUN_DIR}/data/train.jsonl",
-                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
-        if recipe.data.eval:
-            data.append(DataExport("eval", recipe.data.eval, "openrlhf_jsonl", f"{RUN_DIR}/data/eval.jsonl"))
-        notes = [
+    def extra_problems(self, recipe: Recipe) -> list[FieldError]:
+        return _resource_problems(recipe)
+
+    def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
+        return {"flags": native}
+
+    def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
+        """Full flag names from the version's own parser (an unknown override flag is refused here)."""
+        return ["python", "-m", "openrlhf.cli.train_ppo_ray", *render(native, option_schema(version), version)]
+
+    def notes(self, recipe: Recipe) -> list[str]:
+        return [
             "OpenRLHF loads the reward file inside every vLLM engine actor and calls it once per sample",
             "--ds.attn_implementation keeps OpenRLHF's flash_attention_2 default (needs flash-attn on the GPUs)",
             "held-out evaluation is OpenRLHF's (--eval.dataset, pass@1), not unirl's greedy eval",
         ]
-        return self.build_plan(
-            recipe, version=version, installed=installed, native_config={"flags": flags}, rows=rows,
-            command=["python", "-m", "openrlhf.cli.train_ppo_ray", *argv], data=data, notes=notes,
-            files={REWARD_FILE: "<unirl's reward_func module for --reward.remote_url, written at launch>",
-                   **({"model/": "<the builtin model and tokenizer>"}
-                      if recipe.model.path.startswith(BUILTIN_PREFIX) else {})})
+
+    def extra_files(self, recipe: Recipe) -> dict[str, str]:
+        return {REWARD_FILE: "<unirl's reward_func module for --reward.remote_url, written at launch>"}
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
         """Without OpenRLHF installed: every flag exists with a valid value, and the Ray GPU demand fits."""
         from unirl.plugins.openrlhf.resources import demand_problems
 
-        schema = option_schema(plan.target_version or CAPABILITIES.tested_version)
+        schema = option_schema(self.plan_tables_version(plan))
         problems = []
         for dest, value in plan.native_config["flags"].items():
             option = schema.get(dest)
@@ -278,16 +255,16 @@ class OpenRlhfFramework(NativeFramework):
     def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
         from unirl.adapters.openrlhf import write_reward_file
 
-        write_reward_file(run_dir / REWARD_FILE, run_dir / "reward_spec.json")
+        write_reward_file(run_dir / REWARD_FILE, run_dir / SPEC_FILE)
 
 
 def _resource_problems(r: Recipe) -> list[FieldError]:
     """What OpenRLHF would assert only after Ray started (train_ppo_ray.py:41-64), or hang on."""
     problems: list[FieldError] = []
-    if total_gpus(r) and not r.rollout.colocated and (total_gpus(r) - r.rollout_gpus) % r.resources.nodes:
+    if r.total_gpus and not r.rollout.colocated and (r.total_gpus - r.rollout_gpus) % r.resources.nodes:
         problems.append(Unsupported("rollout.gpus", r.rollout_gpus, NAME,
                                     "a split that leaves every node the same number of training GPUs"))
-    if total_gpus(r) and vllm_engines(r) < 1:
+    if r.total_gpus and vllm_engines(r) < 1:
         problems.append(FieldError("rollout.tensor_parallel", r.rollout.tensor_parallel,
                                    "at most the rollout GPUs: OpenRLHF needs at least one vLLM engine"))
     return problems

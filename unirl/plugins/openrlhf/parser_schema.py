@@ -49,7 +49,7 @@ def _calls(node: ast.stmt, attr: str) -> bool:
 def _is_stdlib_import(node: ast.stmt) -> bool:
     if isinstance(node, ast.Import):
         return all(a.name.split(".")[0] in STDLIB for a in node.names)
-    return isinstance(node, ast.ImportFrom) and bool(node.module) and node.module.split(".")[0] in STDLIB
+    return isinstance(node, ast.ImportFrom) and node.module is not None and node.module.split(".")[0] in STDLIB
 
 
 def _stdlib_imports(tree: ast.Module) -> list[ast.stmt]:
@@ -84,7 +84,8 @@ def get_parser(path: Path | None = None) -> argparse.ArgumentParser:
         before.append(stmt)
     namespace: dict[str, Any] = {"__name__": "unirl_openrlhf_parser"}
     exec(compile(ast.Module(_stdlib_imports(tree) + before, []), str(path), "exec"), namespace)
-    return namespace["parser"]
+    parser: argparse.ArgumentParser = namespace["parser"]
+    return parser
 
 
 class _Captured(Exception):
@@ -126,34 +127,6 @@ def validate(argv: list[str], path: Path | None = None) -> tuple[Any, list[str]]
     finally:
         sys.argv = saved
     raise RuntimeError("the __main__ block finished without calling train(args)")
-
-
-def ray_gpu_demand(args: SimpleNamespace) -> tuple[int, list[str]]:
-    """GPUs the Ray placement groups of ``train()`` will ask for (train_ppo_ray.py:41-113), and how.
-
-    OpenRLHF reserves them only after Ray starts, and waits forever for a group that cannot be placed:
-    unirl compares this number with the GPUs the recipe has before launching.
-    """
-    a, parts = args, []
-    actor = a.actor.num_nodes * a.actor.num_gpus_per_node
-    engines = (a.vllm.num_engines or 0) * a.vllm.tensor_parallel_size
-    colocate_all = a.train.colocate_all and not a.train.async_enable
-    if colocate_all:
-        parts.append(f"actor, reference and {a.vllm.num_engines} vLLM engine(s) share {actor} GPU bundles")
-        total = actor
-    else:
-        total = actor + engines
-        parts.append(f"actor {actor}")
-        parts.append(f"vLLM {a.vllm.num_engines} engine(s) x TP {a.vllm.tensor_parallel_size} = {engines}")
-        if a.algo.kl.init_coef > 0 and not (a.train.colocate_actor_ref or a.train.colocate_all):
-            ref = a.ref.num_nodes * a.ref.num_gpus_per_node
-            total += ref
-            parts.append(f"reference {ref}")
-    if a.critic.model_name_or_path:
-        critic = a.critic.num_nodes * a.critic.num_gpus_per_node
-        total += critic
-        parts.append(f"critic {critic}")
-    return total, parts
 
 
 def train_time_problems(args: SimpleNamespace) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from unirl.backend.environment import launch_command
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
-from unirl.launch.scheduler import BACKEND_LOG, JobResult, finish, read_summary, write_job_record
+from unirl.launch.scheduler import BACKEND_LOG, JobResult, SchedulerBase, finish, read_summary, write_job_record
 
 NAME = "ray"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -52,7 +52,7 @@ def client_for(address: str) -> Any:
                          "or point scheduler.address at its dashboard (http://HOST:8265)") from exc
 
 
-class RayScheduler:
+class RayScheduler(SchedulerBase):
     name = NAME
     description = "a Ray job on a running cluster (scheduler.address): logs streamed, stopped on Ctrl-C"
     options: ClassVar[dict[str, Any]] = {
@@ -181,7 +181,7 @@ def _submit(client: Any, address: str, **kwargs: Any) -> str:
     deadline = time.monotonic() + AGENT_WAIT_S
     while True:
         try:
-            return client.submit_job(**{k: v for k, v in kwargs.items() if v is not None})
+            return str(client.submit_job(**{k: v for k, v in kwargs.items() if v is not None}))
         except Exception as exc:
             if "No available agent" in str(exc) and time.monotonic() < deadline:
                 time.sleep(1.0)

@@ -21,18 +21,19 @@ import shlex
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from unirl.backend.contract import OMIT, Capabilities, Mapping
-from unirl.backend.native import NativeFramework, model_location
-from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan, MappedField
+from unirl.backend.contract import OMIT, Capabilities, Mapping, store_true
+from unirl.backend.export import export_path
+from unirl.backend.native import CHECKPOINTS, GPU_ON_RAY, NativeFramework, model_location
+from unirl.backend.plan import LaunchPlan, MappedField
 from unirl.errors import FieldError, Unsupported
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
 
 MEGATRON_PATH = "/root/Megatron-LM"
 """Where both images keep Megatron-LM: its pip package installs only ``megatron.core``, so ``megatron.training``
 comes from the checkout on PYTHONPATH, as slime's own scripts do (scripts/run-qwen3-4B.sh:138-161)."""
-TRAIN_FILE = f"{RUN_DIR}/data/train.jsonl"
-EVAL_FILE = f"{RUN_DIR}/data/eval.jsonl"
-CHECKPOINTS = f"{RUN_DIR}/checkpoints"
+EXPORT_FORMAT = "slime_jsonl"
+TRAIN_FILE = export_path("train", EXPORT_FORMAT)
+EVAL_FILE = export_path("eval", EXPORT_FORMAT)
 KL_TYPE = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "low_var_kl"}
 MODEL_ARGS_HINT = ("the model's Megatron architecture flags: set framework.model_args to a list (copy slime's "
                    "scripts/models/<model>.sh, e.g. qwen2.5-0.5B.sh) or framework.model_args_script to such a script "
@@ -42,20 +43,11 @@ MODEL_ARGS_HINT = ("the model's Megatron architecture flags: set framework.model
 # --- shared helpers (recipe -> numbers slime wants) ------------------------------------------------------------------
 
 
-def total_gpus(r: Recipe) -> int:
-    return r.resources.nodes * r.resources.gpus_per_node
-
-
-def rollout_gpus(r: Recipe) -> int:
-    """GPUs given to the rollout engines when disaggregated: the recipe's rollout.gpus, else half of them."""
-    return r.rollout_gpus
-
-
 def actor_placement(r: Recipe) -> tuple[int, int]:
     """(nodes, GPUs per node) of the Megatron actor: every GPU when colocated, the rest after rollout otherwise."""
     if r.rollout.colocated:
         return r.resources.nodes, r.resources.gpus_per_node
-    actor = max(0, total_gpus(r) - rollout_gpus(r))
+    actor = max(0, r.total_gpus - r.rollout_gpus)
     per_node = max(1, min(r.resources.gpus_per_node, actor))
     return max(1, actor // per_node), per_node
 
@@ -65,19 +57,9 @@ def actor_world(r: Recipe) -> int:
     return max(1, nodes * per_node)  # >= 1 so a GPU-less recipe reaches its refusal, not a division by zero
 
 
-def global_batch(r: Recipe) -> int:
-    """Completions per optimizer update (slime counts samples, not prompts)."""
-    return r.completions_per_step // r.algorithm.mini_batches_per_step
-
-
 def micro_batch(r: Recipe) -> int:
     """Completions per GPU per forward/backward: the recipe's, else one actor GPU's share of an update."""
-    return r.algorithm.micro_batch_size or max(1, global_batch(r) // actor_world(r))
-
-
-def present(flag_on: bool) -> Any:
-    """A ``store_true`` flag: sent bare when on, not sent when off."""
-    return True if flag_on else OMIT
+    return r.micro_batch(actor_world(r))
 
 
 def with_eval(r: Recipe, value: Any) -> Any:
@@ -95,7 +77,7 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             "counts prompts (required by slime)", native_default=None),
     Mapping("algorithm.samples_per_prompt", "--n-samples-per-prompt", lambda r: r.algorithm.samples_per_prompt,
             native_default=1),
-    Mapping("algorithm.mini_batches_per_step", "--global-batch-size", global_batch,
+    Mapping("algorithm.mini_batches_per_step", "--global-batch-size", lambda r: r.completions_per_update,
             "counts completions per optimizer update: prompts x samples / mini_batches_per_step",
             native_default=None),
     Mapping("algorithm.mini_batches_per_step", "--num-steps-per-rollout", lambda r: r.algorithm.mini_batches_per_step,
@@ -103,8 +85,7 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.micro_batch_size", "--micro-batch-size", micro_batch,
             "completions per actor GPU per pass; null = one GPU's share of an update (data parallel over every "
             "actor GPU)", native_default=1),
-    Mapping("algorithm.epochs_per_batch", "(one pass per rollout)", lambda r: 1,
-            supported=lambda r: r.algorithm.epochs_per_batch == 1,
+    Mapping("algorithm.epochs_per_batch", "(one pass per rollout)", lambda r: 1, allowed=(1,),
             supported_text="1: each rollout's samples are used once (slime has no PPO-epochs flag; use "
                            "mini_batches_per_step for several updates per rollout)"),
     Mapping("algorithm.lr", "--lr", lambda r: r.algorithm.lr, native_default=1e-6),
@@ -117,7 +98,7 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             "Megatron's default is 0.01", native_default=0.01),
     Mapping("algorithm.max_grad_norm", "--clip-grad", lambda r: r.algorithm.max_grad_norm,
             "0 disables clipping (megatron/core/optimizer/optimizer.py:606)", native_default=1.0),
-    Mapping("algorithm.kl_coef", "--use-kl-loss", lambda r: present(r.algorithm.kl_coef > 0),
+    Mapping("algorithm.kl_coef", "--use-kl-loss", lambda r: store_true(r.algorithm.kl_coef > 0),
             "KL as a loss term against the reference policy (--ref-load)", native_default=False),
     Mapping("algorithm.kl_coef", "--kl-loss-coef",
             lambda r: r.algorithm.kl_coef if r.algorithm.kl_coef > 0 else OMIT, native_default=0.0),
@@ -131,17 +112,17 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.clip_high", "--eps-clip-high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
             native_default=None),
     Mapping("algorithm.loss_aggregation", "--calculate-per-token-loss",
-            lambda r: present(r.algorithm.loss_aggregation == "token_mean"),
+            lambda r: store_true(r.algorithm.loss_aggregation == "token_mean"),
             "off = slime's per-sample mean of token means (seq_mean_token_mean); on = one token mean over the batch "
             "(slime/backends/megatron_utils/cp_utils.py:47-124)",
-            supported=lambda r: r.algorithm.loss_aggregation in ("token_mean", "seq_mean_token_mean"),
+            allowed=("token_mean", "seq_mean_token_mean"),
             supported_text="token_mean (--calculate-per-token-loss) and seq_mean_token_mean (its default); no "
                            "sum-then-divide-by-max-length aggregation", native_default=False),
     Mapping("algorithm.advantage_norm", "--disable-grpo-std-normalization",
-            lambda r: present(r.algorithm.advantage_norm == "none"),
+            lambda r: store_true(r.algorithm.advantage_norm == "none"),
             "group: the reward minus the group mean, divided by the group std; none: mean-centred only "
             "(slime/ray/rollout.py:608-633)",
-            supported=lambda r: r.algorithm.advantage_norm in ("group", "none"),
+            allowed=("group", "none"),
             supported_text="group or none; --normalize-advantages whitens token advantages across the data-parallel "
                            "group, which is not the recipe's batch std", native_default=False),
     Mapping("algorithm.entropy_coef", "--entropy-coef", lambda r: r.algorithm.entropy_coef, native_default=0.0),
@@ -149,13 +130,12 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.top_p", "--rollout-top-p", lambda r: r.algorithm.top_p, native_default=1.0),
     Mapping("algorithm.max_new_tokens", "--rollout-max-response-len", lambda r: r.algorithm.max_new_tokens,
             native_default=None),
-    Mapping("data.max_prompt_tokens", "--rollout-max-prompt-len", lambda r: OMIT,
-            supported=lambda r: r.data.max_prompt_tokens is None,
+    Mapping("data.max_prompt_tokens", "--rollout-max-prompt-len", lambda r: OMIT, allowed=(None,),
             supported_text="null only: slime drops prompts longer than --rollout-max-prompt-len instead of cutting "
                            "them (slime/utils/data.py:87-137), which would break the step-aligned train file; pass "
                            "--rollout-max-prompt-len through framework.overrides to accept the drop",
             native_default=None),
-    Mapping("data.chat_template", "--apply-chat-template", lambda r: present(r.data.chat_template),
+    Mapping("data.chat_template", "--apply-chat-template", lambda r: store_true(r.data.chat_template),
             "a text prompt becomes one user message (slime/utils/data.py:145-150); message-list prompts need it on",
             native_default=False),
     Mapping("data.train", "--prompt-data", lambda r: TRAIN_FILE, "exported by unirl as slime JSONL",
@@ -172,7 +152,7 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             "0: evaluate at the end only (the train file is one epoch, and slime evaluates at its boundary)",
             native_default=None),
     Mapping("eval.before_training", "--skip-eval-before-train",
-            lambda r: present(bool(r.data.eval) and not r.eval.before_training), native_default=False),
+            lambda r: store_true(bool(r.data.eval) and not r.eval.before_training), native_default=False),
     Mapping("eval.greedy", "--eval-temperature", lambda r: with_eval(r, 0.0) if r.eval.greedy else OMIT,
             "greedy: temperature 0; else the rollout temperature", native_default=None),
     Mapping("eval.greedy", "--n-samples-per-eval-prompt", lambda r: with_eval(r, 1),
@@ -190,11 +170,11 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("run.resume", "--load", lambda r: CHECKPOINTS if r.run.resume else model_location(r),
             "resume: the run's checkpoints (slime falls back to --ref-load when there are none, "
             "slime/utils/arguments.py:1829-1838)", native_default=None),
-    Mapping("model.dtype", "--bf16", lambda r: present(r.model.dtype in ("auto", "bfloat16")),
+    Mapping("model.dtype", "--bf16", lambda r: store_true(r.model.dtype in ("auto", "bfloat16")),
             "slime trains in bf16 unless --fp16 (slime/backends/megatron_utils/arguments.py:157)",
-            supported=lambda r: r.model.dtype != "float32",
+            allowed=("auto", "bfloat16", "float16"),
             supported_text="auto, bfloat16 or float16: slime forces bf16 = not fp16", native_default=False),
-    Mapping("model.dtype", "--fp16", lambda r: present(r.model.dtype == "float16"), native_default=False),
+    Mapping("model.dtype", "--fp16", lambda r: store_true(r.model.dtype == "float16"), native_default=False),
     Mapping("resources.gradient_checkpointing", "--recompute-granularity",
             lambda r: "full" if r.resources.gradient_checkpointing else OMIT, native_default=None),
     Mapping("resources.gradient_checkpointing", "--recompute-method",
@@ -206,10 +186,10 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             "disaggregated: the GPUs the rollout engines do not take", native_default=8),
     Mapping("resources.gpus_per_node", "--num-gpus-per-node", lambda r: r.resources.gpus_per_node,
             "GPUs per node for placing rollout engines; slime assumes 8", native_default=8),
-    Mapping("rollout.colocated", "--colocate", lambda r: present(r.rollout.colocated),
+    Mapping("rollout.colocated", "--colocate", lambda r: store_true(r.rollout.colocated),
             "colocated: training and rollout share every GPU and offload in turn (slime/utils/arguments.py:"
             "1939-1954)", native_default=False),
-    Mapping("rollout.colocated", "--rollout-num-gpus", lambda r: OMIT if r.rollout.colocated else rollout_gpus(r),
+    Mapping("rollout.colocated", "--rollout-num-gpus", lambda r: OMIT if r.rollout.colocated else r.rollout_gpus,
             "disaggregated: rollout.gpus, else half of the GPUs", native_default=None),
     Mapping("rollout.tensor_parallel", "--rollout-num-gpus-per-engine", lambda r: r.rollout.tensor_parallel,
             "GPUs per rollout engine = the engine's tensor-parallel size", native_default=1),
@@ -224,6 +204,7 @@ class SlimeFamily(NativeFramework):
 
     plugin_package = "unirl.plugins.slime"
     check_module = None  # slime lives in an image: the plan is checked against the key schema in schema.py
+    export_format = EXPORT_FORMAT
     engine_rows: ClassVar[tuple[Mapping, ...]]
     reward_module: ClassVar[str]
     default_workdir: ClassVar[str]
@@ -254,30 +235,39 @@ class SlimeFamily(NativeFramework):
         )
         return (*COMMON_MAPPING, *self.engine_rows, *reward)
 
-    # --- plan -------------------------------------------------------------------------------------------------
+    # --- plan steps ---------------------------------------------------------------------------------------------
 
-    def plan(self, recipe: Recipe) -> LaunchPlan:
-        recipe = replace(recipe, framework={**self.options, **recipe.framework})
-        t = self.translation(recipe)
-        version, installed, rows, native = t.version, t.installed, t.rows, t.native
-        problems = t.problems + self.placement_problems(recipe)
-        model_args, script = self.model_args(recipe, problems)
-        self.refuse(problems)
-        extra = self.flag_overrides(recipe)
-        rows += extra
-        for row in extra:
+    def with_defaults(self, recipe: Recipe) -> Recipe:
+        """The plan reads workdir, megatron_path and the image from the options, also for recipes built in code."""
+        return replace(recipe, framework={**self.options, **recipe.framework})
+
+    def extra_problems(self, recipe: Recipe) -> list[FieldError]:
+        return self.placement_problems(recipe) + self.model_args_problems(recipe)
+
+    def apply_overrides(self, native: dict[str, Any], raw: list[MappedField]) -> dict[str, Any]:
+        """An override flag moves to the end of the argv (argparse keeps the last occurrence); false or null
+        removes a flag the table sent."""
+        native = dict(native)
+        for row in raw:
             native.pop(row.native_key, None)
             if row.value is not None and row.value is not False:
                 native[row.native_key] = row.value
-        args = [*model_args, *render_flags(native)]
+        return native
+
+    def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
+        model_args, script = self.model_args(recipe)
+        return {"args": [*model_args, *render_flags(native)], "entry": "train.py",
+                "workdir": recipe.framework["workdir"], "model_args": model_args, "model_args_script": script}
+
+    def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
+        model_args, script = self.model_args(recipe)
+        python = self.environment(recipe).python
+        return ["bash", "-c", launch_script(python, recipe.framework, [*model_args, *render_flags(native)], script)]
+
+    def notes(self, recipe: Recipe) -> list[str]:
         options = recipe.framework
-        env = self.environment(recipe)
-        data = [DataExport("train", recipe.data.train, "slime_jsonl", TRAIN_FILE,
-                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
-        if recipe.data.eval:
-            data.append(DataExport("eval", recipe.data.eval, "slime_jsonl", EVAL_FILE))
-        builtin = recipe.model.path.startswith(BUILTIN_PREFIX)
-        notes = [
+        script = self.model_args(recipe)[1]
+        return [
             f"launched with bash -c: it changes into {self.name}'s checkout ({options['workdir']}), appends "
             f"Megatron-LM ({options['megatron_path']}) to the PYTHONPATH unirl sets"
             + (", and sources framework.model_args_script" if script else "") + "; train.py starts or joins Ray",
@@ -287,43 +277,36 @@ class SlimeFamily(NativeFramework):
             "framework.model_args must match the model's HF config: slime asserts it at start "
             "(slime/backends/megatron_utils/arguments.py:97-148)",
         ]
-        if builtin:
-            notes.append("the builtin model is written to {run_dir}/model at launch")
-        return self.build_plan(
-            recipe, version=version, installed=installed,
-            native_config={"args": args, "entry": "train.py", "workdir": options["workdir"],
-                           "model_args": model_args, "model_args_script": script},
-            rows=rows, command=["bash", "-c", launch_script(env.python, options, args, script)], data=data,
-            notes=notes, files={"model/": "<the builtin model and tokenizer>"} if builtin else None)
 
-    def model_args(self, recipe: Recipe, problems: list[FieldError]) -> tuple[list[str], str | None]:
+    def model_args(self, recipe: Recipe) -> tuple[list[str], str | None]:
         """Megatron's architecture flags: a list from framework.model_args, or a script sourced at launch."""
-        options = recipe.framework
-        listed, script = options.get("model_args"), options.get("model_args_script")
-        if listed and script:
-            problems.append(FieldError("framework.model_args", listed,
-                                       "set framework.model_args or framework.model_args_script, not both"))
-        if not listed and not script:
-            problems.append(Unsupported("framework.model_args", listed, self.name, MODEL_ARGS_HINT))
-            return [], None
+        listed, script = recipe.framework.get("model_args"), recipe.framework.get("model_args_script")
         if listed:
-            if isinstance(listed, str):
-                listed = shlex.split(listed)
-            return [str(a) for a in listed], None
-        return [], str(script)
+            return ([str(a) for a in shlex.split(listed)] if isinstance(listed, str) else [str(a) for a in listed],
+                    None)
+        return [], str(script) if script else None
+
+    def model_args_problems(self, recipe: Recipe) -> list[FieldError]:
+        listed, script = recipe.framework.get("model_args"), recipe.framework.get("model_args_script")
+        if listed and script:
+            return [FieldError("framework.model_args", listed,
+                               "set framework.model_args or framework.model_args_script, not both")]
+        if not listed and not script:
+            return [Unsupported("framework.model_args", listed, self.name, MODEL_ARGS_HINT)]
+        return []
 
     def placement_problems(self, r: Recipe) -> list[FieldError]:
         """Disaggregated placement must leave whole GPUs to both sides and whole engines to rollout."""
         problems: list[FieldError] = []
         if r.rollout.colocated:
-            engines_gpus = total_gpus(r)
+            engines_gpus = r.total_gpus
         else:
-            engines_gpus = rollout_gpus(r)
-            actor = total_gpus(r) - engines_gpus
+            engines_gpus = r.rollout_gpus
+            actor = r.total_gpus - engines_gpus
             _, per_node = actor_placement(r)
             if engines_gpus < 1 or actor < 1:
                 problems.append(FieldError("rollout.colocated", False,
-                                           f"disaggregated needs GPUs for both sides: {total_gpus(r)} GPU(s), "
+                                           f"disaggregated needs GPUs for both sides: {r.total_gpus} GPU(s), "
                                            f"{engines_gpus} for rollout (rollout.gpus)"))
             elif actor % per_node:
                 problems.append(FieldError("rollout.gpus", engines_gpus,
@@ -332,13 +315,13 @@ class SlimeFamily(NativeFramework):
             problems.append(FieldError("rollout.tensor_parallel", r.rollout.tensor_parallel,
                                        f"must divide the {engines_gpus} rollout GPUs (one engine per "
                                        f"{r.rollout.tensor_parallel} GPUs)"))
-        if not r.rollout.colocated and global_batch(r) % (micro_batch(r) * max(1, actor_world(r))):
+        if not r.rollout.colocated and r.completions_per_update % (micro_batch(r) * max(1, actor_world(r))):
             problems.append(FieldError("algorithm.micro_batch_size", r.algorithm.micro_batch_size,
-                                       f"{global_batch(r)} completions per update must split into micro-batches "
-                                       f"over the {actor_world(r)} training GPUs"))
+                                       f"{r.completions_per_update} completions per update must split into "
+                                       f"micro-batches over the {actor_world(r)} training GPUs"))
         return problems
 
-    def flag_overrides(self, recipe: Recipe) -> list[MappedField]:
+    def overrides(self, recipe: Recipe) -> list[MappedField]:
         """``framework.overrides`` as raw flags, applied last: ``{"rollout-top-k": 5}`` or ``{"--rollout-top-k": 5}``
         sends ``--rollout-top-k 5``; true sends a bare flag; false or null removes a flag the table sent."""
         raw = recipe.framework.get("overrides") or {}
@@ -388,6 +371,7 @@ def launch_script(python: str, options: dict[str, Any], args: list[str], script:
 # --- slime ------------------------------------------------------------------------------------------------------------
 
 SLIME_CAPABILITIES = Capabilities(
+    **GPU_ON_RAY,
     native_algorithms=("GRPO", "GSPO", "CISPO", "REINFORCE++", "REINFORCE++-baseline", "PPO (critic)",
                        "on-policy distillation", "SFT loss"),
     algorithms=("grpo",),
@@ -398,10 +382,8 @@ SLIME_CAPABILITIES = Capabilities(
     multi_node="Ray cluster (ray start on every node; train.py on the head joins it)",
     custom_reward="--custom-rm-path <dotted.module.function>: async def f(args, sample) -> float | dict "
                   "(--reward-key picks the trained value)",
-    runs_on_cpu=False,
-    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
-    loss_aggregations=("token_mean", "seq_mean_token_mean"),
-    needs_gpu=True,
+    launcher="container",
+    model_parallel=True,
     distribution=None,  # not on PyPI: the PyPI project named slime is an unrelated statistics package
     tested_version="624b824a898a",
     install="docker pull slimerl/slime:nightly-dev-20260810a-cu129 (slime preinstalled at /root/slime)",

@@ -4,7 +4,7 @@ Everything here works on clusters without accounting (no slurmdbd, so no ``sacct
 ``squeue`` while it is queued or running, then from ``scontrol show job`` (kept for ``MinJobAge`` after the end),
 then ``sacct`` where it works, and last from ``slurm_exit_code``, which the batch script writes on exit.
 
-A Ray-based backend (its ``multi_node`` capability mentions Ray) on more than one node gets a Ray cluster across the
+A Ray-based backend (it declares ``ray_across_nodes``) on more than one node gets a Ray cluster across the
 allocation first: the head on the batch node, one worker per other node through ``srun``.
 """
 
@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from unirl.backend.environment import launch_command
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
-from unirl.launch.scheduler import JobResult, finish, read_job_record, read_summary, write_job_record
+from unirl.launch.scheduler import JobResult, SchedulerBase, finish, read_job_record, read_summary, write_job_record
 
 NAME = "slurm"
 SCRIPT = "job.sbatch"
@@ -68,7 +68,7 @@ REJECTION_FIELDS = (
 )
 
 
-class SlurmScheduler:
+class SlurmScheduler(SchedulerBase):
     name = NAME
     description = "a Slurm batch job (sbatch); Ray across the allocation for Ray-based backends on several nodes"
     options: ClassVar[dict[str, Any]] = {
@@ -271,14 +271,14 @@ def _sbatch_option(raw: str) -> str:
 
 
 def ray_based(framework: str) -> bool:
-    """Does the backend's declared multi-node launch need a Ray cluster (its ``multi_node`` mentions Ray)?"""
+    """Does the backend's multi-node launch need a Ray cluster (its declared ``ray_across_nodes``)?"""
     from unirl.host.manager import get_host
 
     try:
         capabilities = get_host().frameworks.get(framework).capabilities
     except Exception:  # an unknown or broken framework plugin: no Ray bootstrap, the single-node launch still works
         return False
-    return "ray" in capabilities.multi_node.lower()
+    return capabilities.ray_across_nodes
 
 
 def _slurm(argv: list[str], slurm_conf: str | None = None) -> subprocess.CompletedProcess[str] | None:
@@ -372,8 +372,8 @@ def job_outcome(job_id: str, run_dir: Path) -> Outcome:
     proc = _slurm(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode"])
     if proc is not None and proc.returncode == 0 and proc.stdout.strip():
         state_text, _, code_text = proc.stdout.strip().splitlines()[0].partition("|")
-        status, _, signal = code_text.partition(":")
-        return outcome_from_state(state_text.split()[0], int(status or 0), int(signal or 0), "sacct")
+        exit_text, _, signal_text = code_text.partition(":")
+        return outcome_from_state(state_text.split()[0], int(exit_text or 0), int(signal_text or 0), "sacct")
     code_file = run_dir / EXIT_CODE_FILE
     if code_file.exists() and code_file.read_text().strip().lstrip("-").isdigit():
         code = int(code_file.read_text().strip())

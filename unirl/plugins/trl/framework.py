@@ -13,9 +13,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
-from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, translate
+from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, RunInputs, translate
 from unirl.backend.environment import version_in
-from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField
+from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
 from unirl.errors import RecipeInvalid, UnirlError, Unsupported
 from unirl.launch.resume import require_trainer_checkpoint
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
@@ -36,8 +36,10 @@ CAPABILITIES = Capabilities(
     multi_node="accelerate/torchrun; vLLM server on its own nodes",
     custom_reward="Python callables in reward_funcs (unirl passes an adapter per reward)",
     runs_on_cpu=True,
-    kl_estimators=("k3",),
-    loss_aggregations=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+    launcher="in_process",
+    colocated_rollouts=True,
+    can_exclude_rewards=True,  # a failed call's reward is None, which TRL leaves out (NaN-aware sums)
+    shards_training_state=True,
 )
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
@@ -47,11 +49,9 @@ BUILTIN_SUPPRESS = [0, 1, 3]
 
 def batch_layout(r: Recipe) -> dict[str, int]:
     """Completions per micro-batch, accumulation and generation spread, from the recipe's batch fields."""
-    a = r.algorithm
-    per_device_update = r.completions_per_step // a.mini_batches_per_step // r.world_size
-    micro = a.micro_batch_size or per_device_update
-    accumulation = per_device_update // micro
-    spread = a.mini_batches_per_step * accumulation
+    micro = r.micro_batch()
+    accumulation = r.completions_per_update // r.world_size // micro
+    spread = r.algorithm.mini_batches_per_step * accumulation
     return {"micro": micro, "accumulation": accumulation, "steps_per_generation": spread}
 
 
@@ -111,14 +111,14 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.top_p", "top_p", lambda r: r.algorithm.top_p, native_default=1.0),
     Mapping("algorithm.max_new_tokens", "max_completion_length", lambda r: r.algorithm.max_new_tokens,
             native_default=512),
-    Mapping("reward_policy.on_error", "(unirl reward adapter)", lambda r: r.reward_policy.resolved(NAME).on_error,
+    Mapping("reward_policy.on_error", "(unirl reward adapter)",
+            lambda r: r.reward_policy.resolved(CAPABILITIES.can_exclude_rewards).on_error,
             "exclude: a failed call's reward is None, which TRL leaves out of the group baseline"),
     Mapping("rewards[].weight", "reward_weights", lambda r: [float(s.weight) for s in r.rewards], native_default=None),
     Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU"),
     Mapping("resources.device", "use_cpu", lambda r: r.resources.device == "cpu",
             "auto: CPU unless CUDA is present (decided at launch)", native_default=False),
-    Mapping("rollout.engine", "use_vllm", lambda r: r.rollout.engine == "vllm",
-            supported=lambda r: r.rollout.engine in CAPABILITIES.rollout_engines,
+    Mapping("rollout.engine", "use_vllm", lambda r: r.rollout.engine == "vllm", allowed=CAPABILITIES.rollout_engines,
             supported_text="hf (transformers generate) and vllm", native_default=False),
     Mapping("rollout.colocated", "vllm_mode", lambda r: "colocate" if r.rollout.colocated else "server",
             "only used with rollout.engine=vllm", native_default='colocate'),
@@ -199,8 +199,7 @@ class TrlFramework:
             entrypoint=ENTRYPOINT,
             native_config=native,
             mapping=rows,
-            command=["python", "-m", "unirl.plugins.trl.runner", "--plan", f"{RUN_DIR}/plan.json",
-                     "--run-dir", RUN_DIR],
+            command=["python", "-m", "unirl.plugins.trl.runner", "--plan", in_run_dir(PLAN), "--run-dir", RUN_DIR],
             in_process=python is None,
             notes=[
                 "held-out evaluation is unirl's (greedy, before/after training), not TRL's eval loop",
@@ -213,11 +212,16 @@ class TrlFramework:
                                            gpus_per_node=recipe.resources.gpus_per_node),
         )
 
-    def prepare(self, plan: LaunchPlan, run_dir: Path, host: Any) -> LaunchPlan:
+    def require_resumable(self, run_dir: Path) -> None:
+        """A resume needs a complete Trainer checkpoint (model, optimizer, scheduler, RNG states)."""
+        require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
+
+    def prepare(self, plan: LaunchPlan, run_dir: Path, inputs: RunInputs) -> LaunchPlan:
         """The run directory with the resolved plan in it: every launch but the in-process one points the runner
-        at that file (a child, a Ray job, a Slurm job)."""
+        at that file (a child, a Ray job, a Slurm job). ``inputs`` are not staged: TRL's runner is unirl's own
+        process and resolves its rewards and plugins through its host."""
         if plan.recipe["run"]["resume"]:  # a resume with nothing to resume from is the user's input, refused here
-            require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
+            self.require_resumable(run_dir)
         resolved = plan.resolve(str(run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json(run_dir / PLAN, resolved.to_dict())
@@ -226,7 +230,7 @@ class TrlFramework:
     def validate(self, plan: LaunchPlan) -> None:
         """Construct TRL's own GRPOConfig from the plan: TRL's checks, before any model loads."""
         try:
-            from trl import GRPOConfig
+            from trl.trainer.grpo_config import GRPOConfig
         except ImportError as exc:
             raise UnirlError(f"TRL is not installed in this interpreter ({exc}); pip install 'unirl[trl]'") from exc
         import tempfile
@@ -254,15 +258,8 @@ def launch_args(plan: LaunchPlan) -> dict[str, Any]:
         args["bf16"] = not args["use_cpu"] and torch.cuda.is_bf16_supported()
         args["fp16"] = False
     # Version gate: transformers 5.x renamed gradient_checkpointing to activation_checkpointing.
-    from trl import GRPOConfig
+    from trl.trainer.grpo_config import GRPOConfig
 
     if "activation_checkpointing" in GRPOConfig.__dataclass_fields__ and "gradient_checkpointing" in args:
         args["activation_checkpointing"] = args.pop("gradient_checkpointing")
     return args
-
-
-def _field(recipe: Recipe, dotted: str) -> Any:
-    obj: Any = recipe
-    for part in dotted.replace("[]", "").split("."):
-        obj = getattr(obj, part, None)
-    return obj

@@ -21,6 +21,7 @@ from unirl.backend.plan import LaunchPlan
 from unirl.data.loading import fingerprint, limit, load_rows, render_prompt
 from unirl.errors import UnirlError
 from unirl.host.manager import Host, get_host
+from unirl.host.planning import spec_from_recipe
 from unirl.launch.resume import require_trainer_checkpoint, take_checkpoint
 from unirl.plugins.trl.framework import BUILTIN_SUPPRESS, CHECKPOINTS, launch_args
 from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
@@ -37,9 +38,11 @@ from unirl.record.layout import (
     write_json,
 )
 from unirl.record.manifest import build_manifest, keep_reward_files, reward_sources
+from unirl.record.run_recorder import RunRecorder
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardExecutor
-from unirl.rewards.spec import spec_from_recipe
+
+log = logging.getLogger("unirl.plugins.trl.runner")  # by name: run as a script or with -m, __name__ is "__main__"
 
 # TRL log keys -> unirl's metric names (the same names on every backend).
 METRIC_NAMES = {
@@ -60,9 +63,9 @@ METRIC_NAMES = {
 
 
 def status(recipe: Recipe, message: str) -> None:
-    """What the run is doing while nothing else shows (start-up takes seconds): one line on stderr."""
+    """What the run is doing while nothing else shows (start-up takes seconds): one line on stderr (and cli.log)."""
     if recipe.logging.progress:
-        print(f"unirl: {message}", file=sys.stderr, flush=True)
+        log.info("%s", message)
 
 
 class FoldedWarning(logging.Filter):
@@ -124,7 +127,7 @@ def prepare_rows(rows: list[dict[str, Any]], data: DataConfig, tok: Any, source:
             ids = tok(prompt, add_special_tokens=False)["input_ids"]
             if len(ids) > data.max_prompt_tokens:
                 prompt = tok.decode(ids[-data.max_prompt_tokens:])
-        reference = row.get(data.answer_key)
+        reference = row.get(data.answer_key) if data.answer_key is not None else None
         out.append({"prompt": prompt, "reference": None if reference is None else str(reference),
                     "data_source": str(row.get("data_source", split_source(source)[0]))})
     return out
@@ -140,7 +143,7 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
     model.eval()
     padding_side, tok.padding_side = tok.padding_side, "left"
     stop_ids = eos_ids(model, tok)
-    records = []
+    records: list[dict[str, Any]] = []
     try:
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
@@ -163,9 +166,9 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
                                       data_source=row["data_source"], truncated=not finished,
                                       completion_tokens=len(ids)))
             for sample, scored in zip(samples, rewards.score(samples), strict=True):
-                solved = (scored.scores.get(accuracy_reward) or 0.0) >= recipe.eval.accuracy_threshold
+                hit = (scored.scores.get(accuracy_reward) or 0.0) >= recipe.eval.accuracy_threshold
                 records.append({"prompt": sample.prompt, "completion": sample.completion,
-                                "reference": sample.reference, "solved": solved, "total": scored.total,
+                                "reference": sample.reference, "solved": hit, "total": scored.total,
                                 "scores": scored.scores, "components": scored.components, "errors": scored.errors})
     finally:
         tok.padding_side = padding_side
@@ -240,9 +243,8 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     # TRL 1.16 still calls transformers' deprecated is_gradient_checkpointing: noise for the user, not theirs to fix.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     host = get_host()
-    hooks = host.pm.hook
     run_dir.mkdir(parents=True, exist_ok=True)
-    info = RunInfo(run_dir=run_dir, framework=plan.framework, recipe=plan.recipe)
+    recorder = host.run_recorder(RunInfo(run_dir=run_dir, framework=plan.framework, recipe=plan.recipe))
     if recipe.resources.cpu_threads is not None:
         torch.set_num_threads(recipe.resources.cpu_threads)
     torch.manual_seed(recipe.seed)
@@ -251,14 +253,15 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     write_json(run_dir / PLAN, plan.to_dict())
     write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
     status(recipe, f"loading rewards: {', '.join(r.name for r in recipe.rewards)}")
-    rewards = RewardExecutor(spec_from_recipe(recipe, host.rewards, plan.framework))
+    can_exclude = host.frameworks.get(plan.framework).capabilities.can_exclude_rewards
+    rewards = RewardExecutor(spec_from_recipe(recipe, host.rewards, can_exclude=can_exclude))
     all_failed = FoldedWarning("trl.trainer.grpo_trainer", "All reward functions returned None")
     summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
                                "seed": recipe.seed, "state": "failed"}
     if resumed_from is not None:
         summary["resumed_from"] = resumed_from
     try:
-        _train(recipe, args, rewards, info, host, t_start, summary, resumed_from)
+        _train(recipe, args, rewards, recorder, host, t_start, summary, resumed_from)
     except KeyboardInterrupt:
         summary["state"] = "interrupted"
         raise
@@ -281,12 +284,12 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
             status(recipe, f"{all_failed.count} scoring batches had samples whose every reward failed: they were left "
                            "out of the update (TRL's per-sample warning is folded into this line)")
         summary["wall_time_s"] = time.monotonic() - t_start
-        hooks.unirl_run_end(run=info, summary=summary)
+        recorder.run_end(summary)
     return summary
 
 
-def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: RunInfo, host: Host, t_start: float,
-           summary: dict[str, Any], resumed_from: dict[str, Any] | None = None) -> None:
+def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, recorder: RunRecorder, host: Host,
+           t_start: float, summary: dict[str, Any], resumed_from: dict[str, Any] | None = None) -> None:
     """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails).
 
     ``resumed_from`` (see :func:`resume_point`): TRL restores weights, optimizer, scheduler and RNG from the
@@ -295,17 +298,18 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
     import torch
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl.trainer.grpo_config import GRPOConfig
+    from trl.trainer.grpo_trainer import GRPOTrainer
 
+    info = recorder.run
     run_dir = info.run_dir
-    hooks = host.pm.hook
     status(recipe, f"loading the model {recipe.model.path}")
     model, tok, model_info = load_model(recipe)
     # A run killed after its last checkpoint (during the final eval) has no training left. It must not reach
     # trainer.train: resumed at max_steps, transformers 5.24 still takes one more generation and optimizer step.
     # Its final weights come from the checkpoint instead, on the device training would have used.
     training_done = resumed_from is not None and resumed_from["step"] >= recipe.algorithm.steps
-    if training_done:
+    if training_done and resumed_from is not None:
         model = type(model).from_pretrained(resumed_from["checkpoint"], dtype=model.dtype)
         model.to("cpu" if args["use_cpu"] else "cuda")
     held_out = f", held out {recipe.data.eval}" if recipe.data.eval else ""
@@ -330,11 +334,11 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
 
     suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
     mini = recipe.algorithm.mini_batches_per_step
-    hooks.unirl_run_start(run=info)
+    recorder.run_start()
 
     def run_eval(step: int) -> dict[str, Any]:
         result, records = evaluate(model, tok, eval_rows, recipe, rewards, suppress)
-        hooks.unirl_eval_done(run=info, step=step, summary=result, records=records)
+        recorder.eval_done(step, result, records)
         return result
 
     class UnirlCallback(TrainerCallback):
@@ -349,7 +353,7 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
             metrics["wall_s"] = time.monotonic() - t_start
             if torch.cuda.is_available():
                 metrics["gpu/peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            hooks.unirl_metrics(run=info, step=math.ceil(state.global_step / mini), metrics=metrics)
+            recorder.metrics(math.ceil(state.global_step / mini), metrics)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             every = recipe.eval.every_steps
@@ -367,9 +371,9 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, info: 
     if not training_done:
         adapter = TrlRewardAdapter(
             rewards, eos_ids=eos_ids(model, tok), mini_batches=mini,
-            on_scored=lambda step, records: hooks.unirl_rollouts_scored(run=info, step=step, records=records))
+            on_scored=recorder.rollouts_scored)
         trainer = GRPOTrainer(
-            model=model, reward_funcs=adapter.reward_funcs(),
+            model=model, reward_funcs=list[Any](adapter.reward_funcs()),  # TRL's parameter: an invariant list
             args=GRPOConfig(output_dir=str(run_dir / CHECKPOINTS), **args),
             train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()])
         trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
@@ -395,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(plan, ns.run_dir)
     except UnirlError as exc:
-        print(f"unirl: error: {exc}", file=sys.stderr)
+        log.error("error: %s", exc)
         return 2
     print(json.dumps(summary, default=str))
     return 0 if summary.get("state") == "completed" else 1  # e.g. zero optimizer updates: a failed run

@@ -9,16 +9,26 @@ count *prompts* (verl multiplies by ``rollout.n``), while the ``*_micro_batch_si
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from unirl.backend.contract import OMIT, Capabilities, Mapping
+from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
-from unirl.backend.native import NativeFramework, model_location
-from unirl.backend.plan import RUN_DIR, DataExport, LaunchPlan
-from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
+from unirl.backend.native import (
+    CHECKPOINTS,
+    CORE_PATH,
+    GPU_ON_RAY,
+    SPEC_PATH,
+    NativeFramework,
+    model_location,
+    reward_paths,
+)
+from unirl.backend.plan import LaunchPlan
+from unirl.recipe.schema import Recipe
 
 NAME = "verl"
 CAPABILITIES = Capabilities(
+    **GPU_ON_RAY,
     native_algorithms=("PPO", "GRPO", "GSPO", "DAPO", "Dr. GRPO", "REINFORCE++", "RLOO", "ReMax", "GPG", "CISPO",
                        "SAPO"),
     algorithms=("grpo",),
@@ -29,10 +39,8 @@ CAPABILITIES = Capabilities(
     multi_node="Ray cluster (ray start; ray job submit python -m verl.trainer.main_ppo trainer.nnodes=N)",
     custom_reward="reward.custom_reward_function.path/name: compute_score(data_source, solution_str, "
                   "ground_truth, extra_info, **kw)",
-    runs_on_cpu=False,
-    kl_estimators=("k1", "k2", "k3", "low_var_kl"),
-    loss_aggregations=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
-    needs_gpu=True,
+    async_rollouts=True,
+    model_parallel=True,
     distribution="verl",
     tested_version="0.9.1",
     install="pip install 'verl[vllm]==0.9.1' (pins torch 2.11 + CUDA) or the verlai/verl image",
@@ -48,12 +56,9 @@ LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-m
 ROLLOUT_DTYPE = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 TRAIN_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 REWARD_MODULE = "pkg://unirl.adapters.verl"
-
-
-def micro_per_gpu(r: Recipe) -> int:
-    """Completions per GPU per forward/backward: the recipe's micro-batch, else one device's share of an update."""
-    a = r.algorithm
-    return a.micro_batch_size or max(1, r.completions_per_step // a.mini_batches_per_step // r.world_size)
+EXPORT_FORMAT = "verl_parquet"
+TRAIN_FILE = export_path("train", EXPORT_FORMAT)
+EVAL_FILE = export_path("eval", EXPORT_FORMAT)
 
 
 MAPPING: tuple[Mapping, ...] = (
@@ -71,17 +76,17 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.algorithm.prompts_per_step % r.algorithm.mini_batches_per_step == 0,
             supported_text="mini_batches_per_step dividing prompts_per_step (ppo_mini_batch_size counts prompts)",
             native_default=256),
-    Mapping("algorithm.micro_batch_size", f"{A}.ppo_micro_batch_size_per_gpu", micro_per_gpu,
+    Mapping("algorithm.micro_batch_size", f"{A}.ppo_micro_batch_size_per_gpu", lambda r: r.micro_batch(),
             "completions per GPU per pass; null = one device's share of a mini-batch", native_default=None),
-    Mapping("algorithm.micro_batch_size", f"{R}.log_prob_micro_batch_size_per_gpu", micro_per_gpu,
+    Mapping("algorithm.micro_batch_size", f"{R}.log_prob_micro_batch_size_per_gpu", lambda r: r.micro_batch(),
             "required by verl unless dynamic batch sizes are on", native_default=None),
-    Mapping("algorithm.micro_batch_size", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", micro_per_gpu,
-            native_default=None),
+    Mapping("algorithm.micro_batch_size", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+            lambda r: r.micro_batch(), native_default=None),
     Mapping("algorithm.epochs_per_batch", f"{A}.ppo_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", f"{A}.optim.lr", lambda r: r.algorithm.lr, native_default=1e-6),
     Mapping("algorithm.lr_schedule", f"{A}.optim.lr_scheduler_type", lambda r: r.algorithm.lr_schedule,
-            supported=lambda r: r.algorithm.lr_schedule in ("constant", "cosine"),
-            supported_text="constant and cosine (verl/workers/config/optimizer.py)", native_default="constant"),
+            allowed=("constant", "cosine"), supported_text="constant and cosine (verl/workers/config/optimizer.py)",
+            native_default="constant"),
     Mapping("algorithm.warmup_steps", f"{A}.optim.lr_warmup_steps", lambda r: r.algorithm.warmup_steps,
             "optimizer updates", native_default=-1),
     Mapping("algorithm.weight_decay", f"{A}.optim.weight_decay", lambda r: r.algorithm.weight_decay,
@@ -101,8 +106,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.loss_aggregation", f"{A}.loss_agg_mode", lambda r: LOSS_AGG[r.algorithm.loss_aggregation],
             native_default="token-mean"),
     Mapping("algorithm.advantage_norm", "algorithm.norm_adv_by_std_in_grpo",
-            lambda r: r.algorithm.advantage_norm == "group",
-            supported=lambda r: r.algorithm.advantage_norm in ("group", "none"),
+            lambda r: r.algorithm.advantage_norm == "group", allowed=("group", "none"),
             supported_text="group (divide by the group's std) or none; verl's GRPO has no batch normalisation",
             native_default=True),
     Mapping("algorithm.entropy_coef", f"{A}.entropy_coeff", lambda r: r.algorithm.entropy_coef, native_default=0),
@@ -115,14 +119,12 @@ MAPPING: tuple[Mapping, ...] = (
             "null: verl's 512, and a longer prompt is an error (data.truncation=error)", native_default=512),
     Mapping("data.max_prompt_tokens", "data.truncation", lambda r: "left" if r.data.max_prompt_tokens else OMIT,
             "unirl cuts long prompts from the left", native_default="error"),
-    Mapping("data.chat_template", "(always)", lambda r: True,
-            supported=lambda r: r.data.chat_template,
+    Mapping("data.chat_template", "(always)", lambda r: True, allowed=(True,),
             supported_text="data.chat_template=true only: verl 0.9's agent loop always renders the prompt's "
                            "messages with the chat template"),
-    Mapping("data.train", "data.train_files", lambda r: f"{RUN_DIR}/data/train.parquet",
+    Mapping("data.train", "data.train_files", lambda r: TRAIN_FILE,
             "exported by unirl in verl's row format", native_default="~/data/rlhf/gsm8k/train.parquet"),
-    Mapping("data.eval", "data.val_files",
-            lambda r: f"{RUN_DIR}/data/{'eval' if r.data.eval else 'train'}.parquet",
+    Mapping("data.eval", "data.val_files", lambda r: EVAL_FILE if r.data.eval else TRAIN_FILE,
             "no eval set: verl still builds a validation loader, so it gets the train file and never runs it",
             native_default="~/data/rlhf/gsm8k/test.parquet"),
     Mapping("data.train", "data.shuffle", lambda r: False, "the exported order is already the seeded order",
@@ -141,8 +143,7 @@ MAPPING: tuple[Mapping, ...] = (
             native_default=2),
     Mapping("rollout.gpu_memory_fraction", f"{R}.gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
             native_default=0.5),
-    Mapping("rollout.colocated", "actor_rollout_ref.hybrid_engine", lambda r: True,
-            supported=lambda r: r.rollout.colocated,
+    Mapping("rollout.colocated", "actor_rollout_ref.hybrid_engine", lambda r: True, allowed=(True,),
             supported_text="colocated rollouts only from a sync recipe: verl 0.9's disaggregated rollout "
                            "(trainer.v1.trainer_mode=separate_async) is asynchronous", native_default=True),
     Mapping("resources.nodes", "trainer.nnodes", lambda r: r.resources.nodes, native_default=1),
@@ -161,7 +162,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("logging.every_steps", "trainer.logger", lambda r: ["console"],
             "unirl reads verl's console metrics; add wandb through framework.overrides",
             native_default=["console", "wandb"]),
-    Mapping("run.name", "trainer.default_local_dir", lambda r: f"{RUN_DIR}/checkpoints",
+    Mapping("run.name", "trainer.default_local_dir", lambda r: CHECKPOINTS,
             native_default="checkpoints/${trainer.project_name}/${trainer.experiment_name}"),
     # The reward: verl 0.9 reads reward.custom_reward_function.*; the top-level keys of 0.8 are ignored there.
     Mapping("rewards", "reward.custom_reward_function.path", lambda r: REWARD_MODULE, versions=">=0.9",
@@ -172,8 +173,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("rewards", "custom_reward_function.name", lambda r: "compute_score", versions="<0.9",
             native_default="compute_score"),
     Mapping("rewards", "+reward.custom_reward_function.reward_kwargs.unirl_spec",
-            lambda r: f"{RUN_DIR}/reward_spec.json", "the run's reward spec reaches every reward worker",
-            versions=">=0.9"),
+            lambda r: SPEC_PATH, "the run's reward spec reaches every reward worker", versions=">=0.9"),
 )
 
 
@@ -184,38 +184,25 @@ class VerlFramework(NativeFramework):
     mapping = MAPPING
     plugin_package = "unirl.plugins.verl"
     check_module = "unirl.plugins.verl.native_check"
-    extra_options: ClassVar[dict[str, Any]] = {}
+    export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = "verl 0.9.x, the release this plugin's mapping table follows"
 
-    def plan(self, recipe: Recipe) -> LaunchPlan:
-        t = self.translation(recipe)
-        version, installed, rows, native = t.version, t.installed, t.rows, t.native
-        self.refuse(t.problems)  # the batch split over GPUs is unirl.recipe.schema.validate's, checked before plan
-        env = self.environment(recipe)
-        pythonpath = ":".join([f"{RUN_DIR}/unirl_core", *env.reward_paths])
-        # Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start.
-        native["+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH"] = pythonpath
-        native["+ray_kwargs.ray_init.runtime_env.env_vars.UNIRL_REWARD_SPEC"] = f"{RUN_DIR}/reward_spec.json"
-        extra = self.overrides(recipe)
-        rows += extra
-        native.update({row.native_key: row.value for row in extra})
-        data = [DataExport("train", recipe.data.train, "verl_parquet", f"{RUN_DIR}/data/train.parquet",
-                           rows=recipe.algorithm.steps * recipe.algorithm.prompts_per_step)]
-        if recipe.data.eval:
-            data.append(DataExport("eval", recipe.data.eval, "verl_parquet", f"{RUN_DIR}/data/eval.parquet"))
-        notes = [
+    def launch_keys(self, recipe: Recipe) -> dict[str, Any]:
+        """Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start."""
+        pythonpath = ":".join([CORE_PATH, *reward_paths(recipe)])
+        return {"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": pythonpath,
+                "+ray_kwargs.ray_init.runtime_env.env_vars.UNIRL_REWARD_SPEC": SPEC_PATH}
+
+    def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
+        return ["python", "-m", "verl.trainer.main_ppo", *to_overrides(native)]
+
+    def notes(self, recipe: Recipe) -> list[str]:
+        return [
             "verl renders every prompt with the model's chat template; text prompts become one user message",
             "prompts are exported in the seeded order unirl uses for every backend; verl's own shuffle is off",
             "held-out evaluation is verl's validation (pass@1 with val_kwargs), not unirl's greedy eval",
         ]
-        if recipe.model.path.startswith(BUILTIN_PREFIX):
-            notes.append("the builtin model is written to {run_dir}/model at launch")
-        return self.build_plan(
-            recipe, version=version, installed=installed, native_config={"overrides": native},
-            rows=rows, command=["python", "-m", "verl.trainer.main_ppo", *to_overrides(native)], data=data,
-            notes=notes, files={"model/": "<the builtin model and tokenizer>"}
-            if recipe.model.path.startswith(BUILTIN_PREFIX) else None)
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
         from unirl.plugins.verl.schema import unknown_keys

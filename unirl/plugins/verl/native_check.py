@@ -49,7 +49,7 @@ def check(plan: dict[str, Any], run_dir: str, load_data: bool) -> tuple[list[str
         checked.append("verl.utils.config.validate_config")
     except Exception as exc:
         problems.append(f"validate_config: {type(exc).__name__}: {exc}")
-    fn = None
+    fn: Any = None
     try:
         from verl.trainer.ppo.reward import get_custom_reward_fn
 

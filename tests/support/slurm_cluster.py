@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, missing
+from tests.support.helpers import REPO, missing
 
 SLURM_SCRIPT = REPO / "scripts" / "slurm_local.sh"
 

@@ -1,20 +1,16 @@
-"""Helpers shared by the tests: the CLI as a user runs it, and run-directory readers."""
+"""Helpers shared by the tests: run-directory readers, optional components, the backends' own venvs.
+
+The ``unirl`` command itself is run by :mod:`tests.support.cli`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """The installed console script, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "unirl.cli.main", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd, timeout=timeout)
 
 
 def run_dirs(root: Path) -> list[Path]:
@@ -26,24 +22,31 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().split("\n") if line.strip()]
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def missing(message: str) -> NoReturn:
-    """A component the test command installs is absent: skip here (a partial setup), fail in CI."""
+    """A component the test command installs is absent: skip here (a partial setup), fail in CI.
+
+    The one place that decides: every optional component (an extra, a backend venv, Slurm) comes through here, so
+    a CI machine that lost one fails instead of going green with tests silently skipped. Usable at module level.
+    """
     import pytest
 
     if os.environ.get("CI"):
         pytest.fail(message)
-    pytest.skip(message)
+    pytest.skip(message, allow_module_level=True)
 
 
-def require_module(name: str, install: str) -> None:
-    """An optional extra (ray, Hydra's launchers) that the README's test command installs."""
+def require_module(name: str, install: str) -> ModuleType:
+    """An optional extra (math-verify, ray, Hydra's launchers, torch) that the README's test command installs; the
+    module itself when it is there."""
+    import importlib
     import importlib.util
 
     if importlib.util.find_spec(name.split(".")[0]) is None or importlib.util.find_spec(name) is None:
         missing(f"{name} is not installed: {install}")
+    return importlib.import_module(name)
 
 
 def backend_python(backend: str) -> Path:

@@ -1,0 +1,1 @@
+"""An example tracker plugin for unirl."""

@@ -1,0 +1,72 @@
+"""What a recipe's data and model must be, checked before anything loads: a builtin dataset or model that exists
+(and the builtin task's options), a hub id, or a local file or model directory of the right kind. Cheap: it reads
+no data file and loads no model (the preflight, :mod:`unirl.data.preflight`, reads what a run will read)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from unirl.data.builtin import arith
+from unirl.data.builtin.tiny_model import SHAPES
+from unirl.errors import FieldError
+from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, split_source
+
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+BUILTIN_DATASETS = ("arith",)
+
+
+def data_problems(recipe: Recipe) -> list[FieldError]:
+    """Every problem with the recipe's model and data sources."""
+    return [*model_problems(recipe.model.path), *source_problems("data.train", recipe.data.train),
+            *source_problems("data.eval", recipe.data.eval), *builtin_data_option_problems(recipe)]
+
+
+def model_problems(path: str, builtin_models: tuple[str, ...] = tuple(SHAPES)) -> list[FieldError]:
+    """``model.path``: a known builtin, a hub id (resolved by the backend when it loads), or a model directory."""
+    if path.startswith(BUILTIN_PREFIX):
+        name = path[len(BUILTIN_PREFIX):]
+        return [] if name in builtin_models else [FieldError("model.path", path,
+                                                             f"builtin models are {list(builtin_models)}")]
+    if not is_local_path(path):
+        return []  # a hub id: resolved (and cached) by transformers when the backend loads it
+    local = Path(path).expanduser()
+    if not local.is_dir():
+        return [FieldError("model.path", path, "no such directory; give a hub id (org/name), a local model "
+                           "directory, or builtin:<name>")]
+    if not (local / "config.json").is_file():
+        return [FieldError("model.path", path, "directory has no config.json; not a transformers model")]
+    if not any(local.glob("*.safetensors")) and not any(local.glob("*.bin")):
+        return [FieldError("model.path", path, "directory has no *.safetensors or *.bin weights")]
+    return []
+
+
+def source_problems(key: str, source: str | None, builtin_data: tuple[str, ...] = BUILTIN_DATASETS
+                    ) -> list[FieldError]:
+    """``data.train`` / ``data.eval``: a builtin dataset and split, a hub dataset, or a data file that exists."""
+    if source is None:
+        return []
+    base, split = split_source(source)
+    if base.startswith(BUILTIN_PREFIX):
+        name = base[len(BUILTIN_PREFIX):]
+        if name not in builtin_data:
+            return [FieldError(key, source, f"builtin datasets are {list(builtin_data)}")]
+        if name == "arith" and split and split not in arith.SPLITS:
+            return [FieldError(key, source, f"builtin:arith splits are {list(arith.SPLITS)}")]
+        return []
+    if base.startswith(HUB_PREFIX):
+        return []
+    path = Path(base).expanduser()
+    if path.suffix not in DATA_SUFFIXES:
+        return [FieldError(key, source, f"a data file must end in one of {list(DATA_SUFFIXES)}, or use "
+                           "hf:<dataset>@<split> or builtin:<name>@<split>")]
+    if not path.is_file():
+        return [FieldError(key, source, "no such file")]
+    return []
+
+
+def builtin_data_option_problems(recipe: Recipe) -> list[FieldError]:
+    """``data.options`` of the builtin arithmetic task, when the recipe uses it."""
+    if f"{BUILTIN_PREFIX}arith" not in {split_source(s)[0] for s in (recipe.data.train, recipe.data.eval) if s}:
+        return []
+    return [FieldError(f"data.options.{option}", value, allowed)
+            for option, value, allowed in arith.option_problems(recipe.data.options)]

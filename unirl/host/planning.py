@@ -1,0 +1,132 @@
+"""From overrides to a plan, with the loaded plugins: Hydra composition over their config groups, the recipe checked
+against what they provide (rewards, rollout engines, frameworks, schedulers; reward files loaded as plugins), the
+translation by the framework's plugin, and what a run's backend side needs from the host (:class:`RunInputs`).
+
+This is the one place where the recipe meets the plugin manager: :mod:`unirl.recipe` knows only its schema, and
+:mod:`unirl.rewards` only the reward specification it is handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from unirl.backend.contract import RunInputs
+from unirl.backend.plan import LaunchPlan
+from unirl.data.checks import data_problems
+from unirl.errors import FieldError, UnirlError
+from unirl.host.calls import call_each
+from unirl.host.manager import Host, add_decorated
+from unirl.host.registry import Registry
+from unirl.recipe.compose import CONFIG_MODULE, shipped_recipes
+from unirl.recipe.schema import Recipe, recipe_from_dict, validate
+from unirl.rewards.contract import RewardFunction
+from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec, entry_for, load_reward_file, probe_reward_file
+
+_REGISTERED: set[int] = set()
+
+
+def register_configs(host: Host) -> None:
+    """Store the schema and the recipes in Hydra's ConfigStore, then whatever the plugins store through
+    ``unirl_add_configs`` (unirl's own ``config_groups`` plugin: one option per framework and scheduler).
+
+    Registration must happen before Hydra composes (Hydra reads only what its ConfigStore and search path hold),
+    so the CLI calls this first, for runs, plans and sweeps alike."""
+    if id(host) in _REGISTERED:
+        return
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    cs = ConfigStore.instance()
+    cs.store(name="unirl_schema", node=Recipe)
+    for name, resource in shipped_recipes().items():
+        cs.store(group="recipe", name=name, node=OmegaConf.create(resource.read_text()), package="_global_")
+    call_each(host.pm, "unirl_add_configs", config_store=cs, frameworks=host.frameworks, schedulers=host.schedulers)
+    _REGISTERED.add(id(host))
+
+
+def compose(host: Host, overrides: list[str]) -> Any:
+    """The composed config for ``overrides`` (no run directory is made)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs(host)
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:
+    """Validate the recipe and translate it with its framework's plugin (pure: nothing is launched)."""
+    check(host, recipe)
+    return host.frameworks.get(recipe.framework["name"]).plan(recipe)
+
+
+def check(host: Host, recipe: Recipe) -> None:
+    """Validate a recipe against the schema's ranges, its data sources and what the loaded plugins provide."""
+    name = recipe.framework.get("name")
+    if not name:
+        raise UnirlError("no framework selected: pass framework=<name> (installed: "
+                         f"{', '.join(host.frameworks.names()) or 'none'})")
+    host.frameworks.entry(name)
+    scheduler = recipe.scheduler.get("name")
+    if scheduler:
+        host.schedulers.entry(scheduler)
+    register_reward_files(recipe, host.rewards)
+    validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
+             more=data_problems(recipe))
+
+
+def register_reward_files(recipe: Recipe, registry: Registry[RewardFunction]) -> None:
+    """Files named in the recipe become plugins of the registry's host (before names are checked): their
+    ``unirl_add_rewards`` (and any other hook) runs like an installed plugin's, and their ``@unirl.reward``
+    functions that no hook registered are added, attributed to the file's plugin (``reward_file:<path>``).
+
+    Each file is imported in a throwaway interpreter first: a file that calls ``sys.exit`` or ``os._exit``, hangs,
+    or crashes the interpreter at import would otherwise end or stall unirl itself, silently. Only a file that
+    imported cleanly there is imported here.
+    """
+    budget = recipe.reward_policy.startup_timeout_s
+    for i, spec in enumerate(recipe.rewards):
+        if spec.file:
+            field_name = f"rewards[{i}].file"
+            probe_reward_file(spec.file, field_name, budget)
+            try:
+                module = load_reward_file(spec.file)
+            except FieldError as exc:
+                raise FieldError(field_name, spec.file, exc.allowed) from None
+            except BaseException as exc:  # SystemExit included: a file's import never ends unirl
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                raise FieldError(field_name, spec.file, f"a file that imports cleanly; it raised {exc!r}") from None
+            if isinstance(registry.host, Host):
+                registry.host.add_plugin_file(module, Path(spec.file).expanduser())
+    if not isinstance(registry.host, Host):  # a bare registry: the files' decorated rewards, added directly
+        add_decorated(registry)
+
+
+def spec_from_recipe(recipe: Recipe, registry: Registry[RewardFunction], *, can_exclude: bool) -> RewardRuntimeSpec:
+    """The recipe's ``rewards`` and ``reward_policy`` resolved through the host's reward registry, checked for a
+    backend that can (or cannot) exclude a failed sample's reward (its ``Capabilities.can_exclude_rewards``). Reward
+    files load here too: a backend in another interpreter did not run the host's preflight."""
+    register_reward_files(recipe, registry)
+    entries = tuple(entry_for(registry.get(s.name), s.weight, s.kwargs, s.inline) for s in recipe.rewards)
+    spec = RewardRuntimeSpec(entries, RewardPolicy(**asdict(recipe.reward_policy)).resolved(can_exclude))
+    spec.check(can_exclude=can_exclude, backend=recipe.framework.get("name") or "this backend")
+    return spec
+
+
+def run_inputs(host: Host, plan: LaunchPlan) -> RunInputs:
+    """What the plan's backend stages for its processes: the reward specification (resolved for what the backend can
+    do with a failed reward) and the lifecycle plugins its processes load (:meth:`Host.backend_plugins`)."""
+    framework = host.frameworks.get(plan.framework)
+    recipe = recipe_from_dict(plan.recipe)
+    spec = spec_from_recipe(recipe, host.rewards, can_exclude=framework.capabilities.can_exclude_rewards)
+    return RunInputs(rewards=spec, plugins=host.backend_plugins())
+
+
+def prepare_run(host: Host, plan: LaunchPlan, run_dir: Path) -> LaunchPlan:
+    """The plan's framework writes what its launch needs into ``run_dir``; returns the resolved plan."""
+    return host.frameworks.get(plan.framework).prepare(plan, run_dir, run_inputs(host, plan))
