@@ -153,10 +153,10 @@ def test_batch_sizes_count_sequences_and_micro_batches_are_per_gpu() -> None:
     assert native["grpo.num_prompts_per_step"] == 32 and native["grpo.num_generations_per_prompt"] == 8
     assert native["policy.train_global_batch_size"] == 32 * 8 // 4  # four optimizer steps per GRPO step
     assert native["policy.train_micro_batch_size"] == 4
-    # null micro-batch: one training GPU's share of a mini-batch
-    assert overrides(shipped_grpo_math())["policy.train_micro_batch_size"] == 8 * 16 // 8
+    # null micro-batch: unirl's memory-safe default (one training GPU's share of a mini-batch, 16, is split into 4s)
+    assert overrides(shipped_grpo_math())["policy.train_micro_batch_size"] == 4
     # disaggregated on two nodes: one node generates, eight GPUs train
-    assert overrides(VARIANTS["multinode_disaggregated"])["policy.train_micro_batch_size"] == 64 * 8 // 2 // 8
+    assert overrides(VARIANTS["multinode_disaggregated"])["policy.train_micro_batch_size"] == 4  # share 32, split
 
 
 def test_grpo_advantages_use_the_group_mean_not_nemo_rls_leave_one_out_default() -> None:
@@ -274,7 +274,7 @@ def test_plugin_registers_the_framework() -> None:
     (shipped_grpo_math(rollout=RolloutConfig(engine="vllm", colocated=False, tensor_parallel=8)),
      r"rollout\.colocated=False: .*leaves none"),
     (shipped_grpo_math(rollout=RolloutConfig(engine="vllm", tensor_parallel=3)),
-     r"rollout\.tensor_parallel=3: must divide the 8 GPUs vLLM runs on"),
+     r"rollout\.tensor_parallel=3: must divide the 8 GPUs nemo_rl.s rollout engines run on"),
     (with_algorithm(shipped_grpo_math(resources=ResourcesConfig(gpus_per_node=6)), prompts_per_step=5,
                     samples_per_prompt=4), r"algorithm\.mini_batches_per_step=1: .*split evenly over the 6"),
 ], ids=lambda value: value if isinstance(value, str) else "")

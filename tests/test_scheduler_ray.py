@@ -48,6 +48,42 @@ def test_the_embedded_default_runs_as_a_ray_job(ray_head: RayHead, isolated: Pat
     assert str(info.status).endswith("SUCCEEDED") and info.metadata["unirl_run_dir"] == str(run_dir)
 
 
+@pytest.mark.train
+def test_two_gloo_processes_train_as_one_ray_job(ray_head: RayHead, isolated: Path) -> None:
+    """The job's entrypoint is the plan's torchrun command: both ranks run in the job, rank 0 writes the record."""
+    out = run_cli("scheduler=ray", f"scheduler.address={ray_head.address}", *SHORT, "resources.cpu_processes=2",
+                  "logging.trajectories_every=1", env=RAY_ENV)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["state"] == "completed"
+    assert "-m torch.distributed.run --nnodes 1 --nproc_per_node 2 --standalone" in job["submitted"]["entrypoint"]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["processes"] == 2 and summary["completions"] == 3 * 2 * 4
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
+    assert len(read_jsonl(run_dir / "trajectories.jsonl")) == 3 * 2 * 4
+
+
+@pytest.mark.train
+def test_two_nodes_as_a_ray_job_start_one_torchrun_per_placement_bundle(ray_head: RayHead, isolated: Path) -> None:
+    """resources.nodes=2: the job's driver (unirl.plugins.ray.torchrun_nodes) reserves one bundle per node and runs a
+    torchrun in each, meeting at the first bundle's node; PACK lets both bundles share this one-node head."""
+    out = run_cli("scheduler=ray", f"scheduler.address={ray_head.address}", "scheduler.node_strategy=PACK", *SHORT,
+                  "resources.nodes=2", "logging.trajectories_every=1", env=RAY_ENV)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    job = json.loads((run_dir / "job.json").read_text())
+    assert job["state"] == "completed"
+    assert "-m unirl.plugins.ray.torchrun_nodes --nodes 2 --gpus-per-node 0 --strategy PACK --" in \
+        job["submitted"]["entrypoint"]
+    log = (run_dir / "backend.log").read_text()
+    assert "torchrun(s) meeting at" in log and "torchrun exit statuses per node: [0, 0]" in log
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["processes"] == 2
+    assert len(read_jsonl(run_dir / "trajectories.jsonl")) == 3 * 2 * 4
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
+
+
 def test_unirl_stop_stops_a_submitted_ray_job(ray_head: RayHead, isolated: Path) -> None:
     out = run_cli("scheduler=ray", f"scheduler.address={ray_head.address}", "scheduler.wait=false",
                   "algorithm.steps=100000", "eval.before_training=false", "logging.progress=false", env=RAY_ENV)

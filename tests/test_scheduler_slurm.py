@@ -86,12 +86,32 @@ def test_single_node_trl_plan_has_no_ray(tmp_path: Path) -> None:
     assert f"{sys.executable} -m unirl.plugins.trl.runner --plan {tmp_path / 'run' / 'plan.json'}" in script
 
 
-def test_trl_on_several_nodes_is_refused_before_anything_is_submitted(tmp_path: Path) -> None:
-    plan = trl_plan(tmp_path / "run")
+def test_a_one_process_plan_on_several_nodes_is_refused_before_anything_is_submitted(tmp_path: Path) -> None:
+    plan = trl_plan(tmp_path / "run")  # one process, no torchrun: nothing would start on the other node
     plan = dataclasses.replace(plan, environment=dataclasses.replace(plan.environment, nodes=2))
     with pytest.raises(UnirlError, match=r"resources.nodes=2: .*one node"):
         SlurmScheduler().submit(plan, tmp_path / "run", {})
     assert not (tmp_path / "run" / SCRIPT).exists()
+
+
+def test_trl_on_two_nodes_gets_one_torchrun_per_node_meeting_at_a_rendezvous(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    plan = trl_plan(run_dir, "resources.nodes=2", "resources.gpus_per_node=0", "resources.cpu_processes=2")
+    script = render_script(plan, run_dir, dict(SlurmScheduler.options), ray_based=False)
+    assert "#SBATCH --nodes=2\n" in script and "#SBATCH --ntasks-per-node=1\n" in script
+    assert "ray.scripts" not in script
+    assert 'unirl_rdzv_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in script
+    assert 'export UNIRL_RDZV_ENDPOINT="$unirl_rdzv_host:${UNIRL_RDZV_PORT:-29500}"' in script
+    start = f"srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 {sys.executable} -m " \
+            "torch.distributed.run --nnodes 2 --nproc_per_node 2 --rdzv_backend c10d --rdzv_endpoint " \
+            '"$UNIRL_RDZV_ENDPOINT" --rdzv_id "$SLURM_JOB_ID" -m unirl.plugins.trl.runner --plan ' \
+            f"{run_dir / 'plan.json'} --run-dir {run_dir} &\n"
+    assert start in script
+    assert script.index("export UNIRL_RDZV_ENDPOINT") < script.index(start)
+    # the script is valid bash (the expansions are the shell's, at run time)
+    import subprocess
+
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
 def test_missing_sbatch_names_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,6 +163,18 @@ def test_short_trl_run_completes_as_a_slurm_job(slurm_cluster: str, tmp_path: Pa
     assert (run_dir / "summary.json").exists()
     assert (run_dir / EXIT_CODE_FILE).read_text().strip() == "0"
     assert "starting the backend" in capsys.readouterr().out  # the job's output was streamed
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.train
+def test_two_gloo_processes_train_as_a_slurm_job(slurm_cluster: str, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = SlurmScheduler().submit(trl_plan(run_dir, "resources.cpu_processes=2"), run_dir, {"poll_s": 0.5})
+    assert result.state == "completed", (result.error, result.log_tail)
+    assert "torch.distributed.run --nnodes 1 --nproc_per_node 2 --standalone" in (run_dir / SCRIPT).read_text()
+    assert result.summary["processes"] == 2 and result.summary["steps"] == 2
+    assert result.summary["completions"] == 2 * 2 * 4  # SHORT_TRL: 2 steps of 2 prompts x 4 samples
 
 
 @pytest.mark.slurm

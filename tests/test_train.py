@@ -248,3 +248,35 @@ def test_a_backend_child_process_inherits_the_verbosity(isolated: Path) -> None:
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     assert "loading the model" not in quiet.stdout + quiet.stderr
     assert "loading the model" not in (isolated / "runs/child_quiet/backend.log").read_text()
+
+
+def test_epochs_per_batch_reuse_each_rollout_batch_instead_of_skipping_steps(isolated: Path) -> None:
+    """algorithm.steps counts rollout batches on every backend (`unirl explain algorithm.steps`). TRL generates once
+    every steps_per_generation x num_iterations micro-steps (trl 1.16 trl/trainer/grpo_trainer.py:1538-1539), so 6
+    steps at epochs_per_batch=2 are 12 optimizer updates and 6 generations of 8 x 16 completions, at steps 1..6."""
+    out = run_cli("algorithm.steps=6", "algorithm.epochs_per_batch=2", "logging.trajectories_every=1",
+                  "eval.before_training=false", "logging.progress=false", cwd=isolated)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(isolated / "runs")
+    trajectories = read_jsonl(run_dir / "trajectories.jsonl")
+    assert len(trajectories) == 6 * 8 * 16
+    assert [sum(t["step"] == s for t in trajectories) for s in range(1, 7)] == [128] * 6
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed"
+    assert (summary["steps"], summary["rollout_batches"], summary["updates"]) == (6, 6, 12)
+    assert summary["completions"] == 768 and summary["updates_expected"] == 12
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+    native = json.loads((run_dir / "native_config.json").read_text())["grpo_config"]
+    assert (native["max_steps"], native["num_iterations"]) == (12, 2)
+
+
+def test_a_run_cut_short_by_a_raw_max_steps_says_what_ran(isolated: Path) -> None:
+    """The summary counts what happened: 2 of 6 rollout batches, not the recipe's 6."""
+    out = run_cli("algorithm.steps=6", "algorithm.epochs_per_batch=2", "+framework.overrides.max_steps=4",
+                  "eval.before_training=false", "logging.progress=false", cwd=isolated)
+    assert out.returncode == 1
+    [run_dir] = run_dirs(isolated / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "failed"
+    assert (summary["steps"], summary["steps_expected"], summary["rollout_batches"], summary["updates"]) == (2, 6, 2, 4)
+    assert "4 of 12 optimizer updates" in summary["error"] and "2 of 6 rollout batches" in summary["error"]

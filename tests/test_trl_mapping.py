@@ -70,8 +70,8 @@ def test_sglang_rollouts_are_refused_with_what_trl_supports() -> None:
 
 
 def test_vllm_server_mode_maps_from_colocation() -> None:
-    args = TrlFramework().plan(Recipe(rollout=RolloutConfig(engine="vllm", colocated=False, tensor_parallel=2))
-                               ).native_config["grpo_config"]
+    args = TrlFramework().plan(Recipe(rollout=RolloutConfig(engine="vllm", colocated=False, tensor_parallel=2),
+                                      resources=ResourcesConfig(gpus_per_node=4))).native_config["grpo_config"]
     assert args["use_vllm"] is True and args["vllm_mode"] == "server" and args["vllm_tensor_parallel_size"] == 2
 
 
@@ -115,14 +115,146 @@ def test_cuda_request_without_a_gpu_fails_before_launch() -> None:
         launch_args(plan)
 
 
-def test_launches_this_plugin_cannot_make_yet_are_refused_not_ignored() -> None:
-    with pytest.raises(RecipeInvalid, match=r"resources\.nodes=2"):
-        TrlFramework().plan(Recipe(resources=ResourcesConfig(nodes=2, gpus_per_node=1)))
-    with pytest.raises(RecipeInvalid, match=r"resources\.gpus_per_node=4: not supported by trl"):
-        TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=4)))
+def test_epochs_per_batch_multiply_trls_updates_so_that_steps_stay_rollout_batches() -> None:
+    """TRL generates once every steps_per_generation x num_iterations micro-steps (trl 1.16
+    trl/trainer/grpo_trainer.py:1538-1539): one unirl step is mini_batches x epochs optimizer updates."""
+    args = plan_for(steps=6, epochs_per_batch=2, mini_batches_per_step=2).native_config["grpo_config"]
+    assert args["num_iterations"] == 2 and args["steps_per_generation"] == 2
+    assert args["max_steps"] == 6 * 2 * 2
+    generations = args["max_steps"] * args["gradient_accumulation_steps"] // (
+        args["steps_per_generation"] * args["num_iterations"])
+    assert generations == 6  # algorithm.steps rollout batches, as `unirl explain algorithm.steps` defines a step
+    assert args["logging_steps"] == 4  # logging.every_steps=1: once per unirl step
+    recipe = Recipe(algorithm=replace(AlgorithmConfig(), steps=6, epochs_per_batch=3),
+                    run=RunSection(checkpoint_every=2))
+    assert TrlFramework().plan(recipe).native_config["grpo_config"]["save_steps"] == 6
+
+
+def test_tensor_parallel_that_trl_would_crash_on_after_start_up_is_refused_by_field() -> None:
+    def plan(tp: int, gpus: int, engine: str = "vllm", colocated: bool = True) -> LaunchPlan:
+        return TrlFramework().plan(Recipe(rollout=RolloutConfig(engine=engine, tensor_parallel=tp, colocated=colocated),
+                                          resources=ResourcesConfig(gpus_per_node=gpus)))
+
+    # colocate: TRL raises "tensor_parallel_size (4) must divide world size (2)" once the processes have started
+    # (trl 1.16 trl/generation/vllm_generation.py:314-318)
+    with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=4: not supported by trl; trl supports a "
+                                            r"divisor of the run's 2 training GPU"):
+        plan(4, 2)
+    with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=2: .* a divisor of the run's 0 training"):
+        plan(2, 0)
+    with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=3: .* a divisor of the run's 4"):
+        plan(3, 4)
+    assert plan(2, 4).native_config["grpo_config"]["vllm_tensor_parallel_size"] == 2
+    with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=2: .* 1 with rollout\.engine=hf"):
+        plan(2, 2, engine="hf")
+    with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=4: .* at most the 2 GPU\(s\) of the vLLM"):
+        plan(4, 4, colocated=False)
+
+
+def test_several_processes_launch_through_torchrun_and_one_stays_in_process() -> None:
+    runner = ["-m", "unirl.plugins.trl.runner", "--plan", "{run_dir}/plan.json", "--run-dir", "{run_dir}"]
+    one = TrlFramework().plan(Recipe())
+    assert one.command == ["python", *runner] and one.in_process and one.environment.nodes == 1
+    cpu = TrlFramework().plan(Recipe(resources=ResourcesConfig(device="cpu", cpu_processes=2)))
+    assert cpu.command == ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+                           "--standalone", *runner]
+    assert not cpu.in_process  # a child process (torchrun) even with unirl's own interpreter
+    assert cpu.native_config["grpo_config"]["per_device_train_batch_size"] == 32  # 64 completions over 2 ranks
+    gpus = TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=8)))
+    assert gpus.command[gpus.command.index("--nproc_per_node") + 1] == "8"
+    nodes = TrlFramework().plan(Recipe(resources=ResourcesConfig(nodes=2, gpus_per_node=4)))
+    assert nodes.environment.nodes == 2
+    assert nodes.command[:12] == ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "4",
+                                  "--rdzv_backend", "c10d", "--rdzv_endpoint", "{rdzv_endpoint}", "--rdzv_id"]
+    assert nodes.native_config["grpo_config"]["per_device_train_batch_size"] == 8  # 64 over 8 ranks
+
+
+def test_cpu_processes_are_for_cpu_runs_and_must_split_the_batch() -> None:
+    from unirl.recipe.schema import validate
+
+    with pytest.raises(RecipeInvalid, match=r"resources\.cpu_processes=2: only for CPU runs"):
+        validate(Recipe(resources=ResourcesConfig(gpus_per_node=1, cpu_processes=2)), ["math_answer"])
+    with pytest.raises(RecipeInvalid, match=r"64 completions per update do not split evenly over 3 devices"):
+        validate(Recipe(resources=ResourcesConfig(cpu_processes=3)), ["math_answer"])
+    validate(Recipe(resources=ResourcesConfig(cpu_processes=4)), ["math_answer"])
+
+
+def test_the_prompt_budget_is_resolved_for_trl_too() -> None:
+    rows = {r.recipe_field: r for r in plan_for().mapping}
+    assert rows["data.max_prompt_tokens"].value == 512  # null: unirl's default budget (unirl/backend/native.py)
 
 
 def test_resume_plans_and_is_refused_before_launch_when_the_run_directory_has_no_checkpoint(tmp_path: Path) -> None:
     plan = TrlFramework().plan(Recipe(run=RunSection(resume=True, checkpoint_every=5)))
     with pytest.raises(UnirlError, match=r"run\.resume=true: no complete checkpoint in .*trl \(run directory "):
         prepare_run(get_host(), plan, tmp_path)
+
+
+def test_sharding_becomes_fsdp2_or_a_deepspeed_config_and_is_refused_where_accelerate_would_drop_it() -> None:
+    def args(sharding: str | None, gpus: int = 8) -> dict:
+        return TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=gpus, sharding=sharding))
+                                   ).native_config["grpo_config"]
+
+    assert "fsdp" not in args(None) and "deepspeed" not in args("none")  # plain DDP, TRL's default
+    fsdp = args("fsdp")
+    assert fsdp["fsdp"] is True and fsdp["fsdp_config"] == {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}
+    assert args("zero3")["deepspeed"]["zero_optimization"] == {"stage": 3}
+    assert args("zero2")["deepspeed"]["train_micro_batch_size_per_gpu"] == "auto"
+    # accelerate 1.15 builds FSDP/DeepSpeed only for multi-GPU distributed types (accelerate/state.py:974-1016)
+    for gpus in (0, 1):
+        with pytest.raises(RecipeInvalid, match=r"resources\.sharding='fsdp': not supported by trl; trl supports "
+                                                r"sharding over 2 or more training GPUs only"):
+            args("fsdp", gpus)
+    TrlFramework().validate(TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=8, sharding="fsdp"))))
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def test_chat_prompts_are_cut_from_the_left_to_the_one_prompt_budget() -> None:
+    """TRL cuts only string prompts to max_prompt_length; unirl fits chat messages to the same budget: the oldest
+    non-system messages go first, then the start of the first kept one; the system message and the end stay."""
+    from unirl.data.builtin.tiny_model import build_tokenizer
+    from unirl.errors import RecipeInvalid
+    from unirl.plugins.trl.runner import chat_tokens, fit_messages
+
+    tok = build_tokenizer()
+    tok.chat_template = CHAT_TEMPLATE
+    system = {"role": "system", "content": "1=1"}
+    old = {"role": "user", "content": "9" * 40}
+    last = {"role": "user", "content": "1234567890" * 3 + "+2=?"}
+    messages = [system, old, last]
+    assert fit_messages(messages, chat_tokens(messages, tok), tok) == messages  # within the budget: untouched
+
+    budget = chat_tokens([system, last], tok) - 5
+    fitted = fit_messages(messages, budget, tok)
+    assert chat_tokens(fitted, tok) <= budget
+    assert fitted[0] == system and len(fitted) == 2  # the old message went first
+    assert fitted[1]["content"].endswith("+2=?") and last["content"].endswith(fitted[1]["content"])
+    assert len(fitted[1]["content"]) == len(last["content"]) - 5  # exactly the 5 leading tokens cut (1 char each)
+
+    with pytest.raises(RecipeInvalid, match=r"data\.max_prompt_tokens"):
+        fit_messages(messages, chat_tokens([system, {"role": "user", "content": ""}], tok) - 1, tok)
+
+
+def test_a_constant_schedule_with_warm_up_keeps_its_warm_up() -> None:
+    """transformers' "constant" schedule takes no warm-up (it would be silently dropped); TRL runs the warm-up the
+    recipe asks for, checked on the scheduler TRL's Trainer builds from these arguments."""
+    from transformers.optimization import get_scheduler
+
+    args = plan_for(lr_schedule="constant", warmup_steps=4, steps=10).native_config["grpo_config"]
+    assert args["lr_scheduler_type"] == "constant_with_warmup"
+    import torch
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = get_scheduler(args["lr_scheduler_type"], optimizer, num_warmup_steps=args["warmup_steps"],
+                              num_training_steps=args["max_steps"])
+    lrs = []
+    for _ in range(6):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert plan_for(lr_schedule="constant", warmup_steps=0).native_config["grpo_config"]["lr_scheduler_type"] == \
+        "constant"

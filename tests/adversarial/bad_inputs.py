@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tests.adversarial import Case
 from tests.support.cli import run_cli
+from tests.support.datasets_layout import gsm8k_repo, verl_gsm8k_rows, write_parquet
 
 AREA = "bad input (data, model, recipe, CLI)"
 ROWS = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(40)]
@@ -176,6 +177,15 @@ CASES = [
     Case("a bad train file and a bad eval file, both reported", refused(
         lambda t: [*data_file("d.jsonl", "")(t)[:1], f"data.eval={data_file('e.jsonl', '{x')(t)[0].split('=')[1]}",
                    *SMALL], "data.train=", "data.eval=")),
+    Case("a wrong prompt_key and answer_key on the builtin data", refused(
+        fixed("data.prompt_key=question", "data.answer_key=solution", *SMALL), "data.prompt_key='question'",
+        "data.answer_key='solution'", "builtin:arith@train", "builtin:arith@heldout")),
+    Case("a hub dataset folder with configs and none named", refused(
+        lambda t: [f"data.train=hf:{gsm8k_repo(t)}@train", "data.eval=null", "data.prompt_key=question", *SMALL],
+        "Config name is missing", "['main', 'socratic']")),
+    Case("an answer_key naming a nested object", refused(
+        lambda t: [f"data.train={write_parquet(t / 'v.parquet', verl_gsm8k_rows())}", "data.eval=null",
+                   "data.answer_key=reward_model", *SMALL], "data.answer_key=reward_model.ground_truth")),
     Case("a directory named like a data file", refused(lambda t: ((t / "d.jsonl").mkdir(), [
         f"data.train={t / 'd.jsonl'}", *SMALL])[1], "data.train=", "no such file")),
     # -- model directories and hub ids

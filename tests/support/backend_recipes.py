@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from unirl.recipe.schema import AlgorithmConfig, DataConfig, Recipe, ResourcesConfig, RolloutConfig
+from unirl.recipe.schema import AlgorithmConfig, DataConfig, EvalConfig, Recipe, ResourcesConfig, RolloutConfig
 from unirl.rewards.spec import RewardPolicy
 
 
@@ -13,6 +13,8 @@ def gpu_recipe(framework: str, *, engine: str = "vllm", nodes: int = 1, gpus: in
                algorithm: dict[str, Any] | None = None, rollout: dict[str, Any] | None = None,
                data: dict[str, Any] | None = None, options: dict[str, Any] | None = None, **top: Any) -> Recipe:
     """A recipe a GPU backend accepts unless a change says otherwise."""
+    if framework == "openrlhf" and "eval" not in top:
+        top["eval"] = EvalConfig(before_training=False)  # OpenRLHF 0.11 cannot evaluate before training
     return Recipe(
         algorithm=replace(AlgorithmConfig(steps=10, prompts_per_step=8, samples_per_prompt=8), **(algorithm or {})),
         rollout=replace(RolloutConfig(engine=engine), **(rollout or {})),

@@ -112,6 +112,9 @@ class Mapping:
     versions: str = ""
     native_default: Any = field(default=NO_DEFAULT)
     allowed: tuple[Scalar, ...] = ()
+    note_for: Callable[[Recipe], str] | None = None
+    """The plan row's note for this recipe, when it depends on the recipe (a null resolved to a default, say);
+    ``note`` stays the general text ``unirl explain`` shows."""
 
     def refusal(self, recipe: Recipe) -> str | None:
         """What the backend supports instead, when it cannot honour the recipe's value; None when it can."""
@@ -141,11 +144,12 @@ def translate(recipe: Recipe, table: tuple[Mapping, ...], backend: str, version:
             continue
         value = m.convert(recipe)
         default = None if m.native_default is NO_DEFAULT else m.native_default
+        note = m.note_for(recipe) if m.note_for is not None else m.note
         if value is OMIT:
-            rows.append(MappedField(m.recipe_field, m.native_key, None, m.note or "not sent: backend default",
+            rows.append(MappedField(m.recipe_field, m.native_key, None, note or "not sent: backend default",
                                     default))
             continue
-        rows.append(MappedField(m.recipe_field, m.native_key, value, m.note, default))
+        rows.append(MappedField(m.recipe_field, m.native_key, value, note, default))
         if not m.native_key.startswith("("):
             native[m.native_key] = value
     return rows, native, problems

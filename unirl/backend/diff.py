@@ -33,11 +33,21 @@ def translate_side(host: Any, recipe: Recipe, name: str) -> Side:
     recipe_for = _with_framework(recipe, name, framework.options)
     try:
         plan = framework.plan(recipe_for)
-        return Side(name, plan.target_version or plan.framework_version, plan.mapping, command=plan.command)
+        rows = [*plan.mapping, *_model_row(plan.mapping, plan.native_config)]
+        return Side(name, plan.target_version or plan.framework_version, rows, command=plan.command)
     except RecipeInvalid as exc:
         version = framework.capabilities.tested_version or "0"
         rows, _, _ = translate(recipe_for, framework.mapping, name, version)
         return Side(name, version, rows, refused=[str(p) for p in exc.problems])
+
+
+def _model_row(rows: list[MappedField], native: dict[str, Any]) -> list[MappedField]:
+    """A backend whose mapping has no ``model.path`` row but whose native configuration names the model (TRL's
+    ``native_config["model"]``, loaded by unirl's own runner) still shows it, instead of a "-" on that row."""
+    model = native.get("model")
+    if any(r.recipe_field == "model.path" for r in rows) or not isinstance(model, dict) or "path" not in model:
+        return []
+    return [MappedField("model.path", "model.path", model["path"], "loaded by the backend's runner (native_config)")]
 
 
 def _with_framework(recipe: Recipe, name: str, options: dict[str, Any]) -> Recipe:
@@ -99,6 +109,12 @@ def print_diff(result: dict[str, Any]) -> None:
     def default_cell(entries: list[dict[str, Any]]) -> str:
         return "\n".join(_short(e["default"]) for e in entries) or "-"
 
+    refusals = [(result[side]["framework"], problem)
+                for side in ("left", "right") for problem in result[side]["refused"]]
+    for framework, problem in refusals:  # first: what makes the comparison one of a recipe a backend cannot run
+        out.print(f"{framework} refuses: {problem}", markup=False, highlight=False)
+    if refusals:
+        out.print("(the table below shows what each backend's mapping would send; a refused side does not run)")
     table = Table("recipe field", "recipe value", f"{left} key = value", f"{left} default",
                   f"{right} key = value", f"{right} default", title=f"one recipe: {left} vs {right}")
     for row in result["fields"]:
@@ -107,10 +123,6 @@ def print_diff(result: dict[str, Any]) -> None:
                       cell(row[right]), default_cell(row[right]))
     out.print(table)
     out.print("* the two backends' own defaults differ here (unirl sets the key on both)")
-    for side in ("left", "right"):
-        refused = result[side]["refused"]
-        for problem in refused:
-            out.print(f"{result[side]['framework']} refuses: {problem}")
     for key, values in result["capabilities"].items():
         out.print(f"capability {key}: {left}={_short(values[left])} | {right}={_short(values[right])}")
 

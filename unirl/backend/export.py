@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from unirl.backend.plan import DataExport, in_run_dir
-from unirl.data.loading import limit, load_rows, render_prompt
+from unirl.data.builtin.tiny_model import warn_unknown_characters
+from unirl.data.loading import limit, load_rows, reference_of, render_prompt
 from unirl.errors import FieldError, UnirlError
 from unirl.recipe.schema import Recipe, split_source
 
@@ -61,11 +62,12 @@ def canonical_rows(recipe: Recipe, export: DataExport) -> list[CanonicalRow]:
     used = {data.prompt_key, data.answer_key, "data_source"}
     out = []
     for i, row in enumerate(raw):
-        reference = row.get(data.answer_key) if data.answer_key is not None else None
         out.append(CanonicalRow(
-            index=i, prompt=render_prompt(row, data), reference=None if reference is None else str(reference),
+            index=i, prompt=render_prompt(row, data), reference=reference_of(row, data),
             data_source=str(row.get("data_source") or source_name), split=export.split,
             metadata={k: v for k, v in row.items() if k not in used and _jsonable(v)}))
+    # A builtin model's character tokenizer turns what it does not know into <unk>: said once, for the whole file.
+    warn_unknown_characters(recipe.model.path, f"{key}={export.source}", (r.prompt for r in out))
     return out
 
 

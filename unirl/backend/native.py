@@ -55,6 +55,62 @@ BUILTIN_MODEL_FILES = {f"{MODEL_DIR}/": "<the builtin model and tokenizer>"}
 BUILTIN_MODEL_NOTE = f"the builtin model is written to {in_run_dir(MODEL_DIR)} at launch"
 
 
+DEFAULT_PROMPT_TOKENS = 512
+"""The prompt budget every native backend gets when ``data.max_prompt_tokens`` is null: verl's and NeMo RL's own
+default (verl/trainer/config/data/legacy_data.yaml ``max_prompt_length: 512``; NeMo RL's grpo_math_1B.yaml
+``max_total_sequence_length: 512``), sent explicitly so that no backend falls back to a budget of its own (OpenRLHF's
+2048 tokens for prompt *and* completion)."""
+
+
+def prompt_budget(recipe: Recipe) -> int:
+    """Prompt tokens the backend is told to make room for: ``data.max_prompt_tokens``, else
+    :data:`DEFAULT_PROMPT_TOKENS`."""
+    return recipe.data.max_prompt_tokens or DEFAULT_PROMPT_TOKENS
+
+
+def prompt_budget_note(recipe: Recipe, how: str) -> str:
+    """A plan row's note for the prompt budget: says when null was resolved to the default, then how it is sent."""
+    if recipe.data.max_prompt_tokens:
+        return how
+    return f"data.max_prompt_tokens=null resolved to unirl's default of {DEFAULT_PROMPT_TOKENS} tokens; {how}"
+
+
+DEFAULT_MICRO_BATCH = 4
+"""The most completions per GPU per forward/backward pass a GPU backend gets when ``algorithm.micro_batch_size`` is
+null: NeMo RL's own default (grpo_math_1B.yaml ``train_micro_batch_size: 4``); a whole per-GPU share (128 completions
+and more) would exhaust a GPU's memory on any real model."""
+
+
+def micro_batch(recipe: Recipe, training_gpus: int | None = None) -> int:
+    """Completions per GPU per forward/backward pass: ``algorithm.micro_batch_size``, else the largest divisor of one
+    training GPU's share of an update (:meth:`Recipe.micro_batch`) up to :data:`DEFAULT_MICRO_BATCH` (every backend
+    needs the share split into whole micro-batches)."""
+    if recipe.algorithm.micro_batch_size:
+        return recipe.algorithm.micro_batch_size
+    share = recipe.micro_batch(training_gpus)
+    return max(d for d in range(1, min(share, DEFAULT_MICRO_BATCH) + 1) if share % d == 0)
+
+
+def logprob_micro_batch(recipe: Recipe, training_gpus: int | None = None) -> int:
+    """Completions per GPU per log-probability forward pass: ``algorithm.logprob_micro_batch_size``, else the training
+    micro-batch (:func:`micro_batch`)."""
+    return recipe.algorithm.logprob_micro_batch_size or micro_batch(recipe, training_gpus)
+
+
+def micro_batch_note(recipe: Recipe, training_gpus: int | None = None) -> str:
+    """The plan row's note: says what a null micro-batch was resolved to, and from which share."""
+    if recipe.algorithm.micro_batch_size:
+        return "completions per GPU per pass"
+    share = recipe.micro_batch(training_gpus)
+    return (f"algorithm.micro_batch_size=null resolved to {micro_batch(recipe, training_gpus)} completions per GPU per "
+            f"pass: the largest divisor of one GPU's share of an update ({share}) up to {DEFAULT_MICRO_BATCH}")
+
+
+MICRO_BATCH_NOTE = (f"completions per GPU per pass; null: the largest divisor of one GPU's share of an update up to "
+                    f"{DEFAULT_MICRO_BATCH}")
+LOGPROB_MICRO_BATCH_NOTE = "completions per GPU per log-prob pass; null: the training micro-batch"
+
+
 def model_location(recipe: Recipe) -> str:
     """Where the backend loads the model from: a builtin model is written into the run directory at launch
     (every GPU backend loads models from a path), anything else is passed as given."""
@@ -233,10 +289,34 @@ class NativeFramework:
         if recipe.algorithm.name not in caps.algorithms:
             problems.append(Unsupported("algorithm.name", recipe.algorithm.name, self.name,
                                         ", ".join(caps.algorithms)))
+        if recipe.resources.sharding is not None:  # not mapped yet: each shards its own way, set natively
+            problems.append(Unsupported("resources.sharding", recipe.resources.sharding, self.name,
+                                        "null: it shards the training state with its own engine (verl FSDP, "
+                                        "OpenRLHF DeepSpeed ZeRO, NeMo RL DTensor or Megatron, slime Megatron); "
+                                        "set that through framework.overrides"))
         if recipe.reward_policy.on_error == "exclude" and not caps.can_exclude_rewards:
             problems.append(Unsupported("reward_policy.on_error", "exclude", self.name,
                                         "fallback or abort: it needs a number for every sample"))
-        return problems
+        return problems + self.tensor_parallel_problems(recipe)
+
+    def rollout_engine_gpus(self, recipe: Recipe) -> int:
+        """GPUs the rollout engines run on: every GPU of the run when colocated, else ``rollout.gpus`` (a plugin
+        that places its engines otherwise says so)."""
+        return recipe.total_gpus if recipe.rollout.colocated else recipe.rollout_gpus
+
+    def tensor_parallel_problems(self, recipe: Recipe) -> list[FieldError]:
+        """Each rollout engine takes ``rollout.tensor_parallel`` GPUs, so the engines' GPUs must hold whole engines:
+        a larger degree leaves no engine at all (verl builds ``gpus // tp`` replicas and crashes after start-up,
+        verl/workers/rollout/replica.py:107-117), and one that does not divide them leaves GPUs no engine uses
+        (OpenRLHF asserts it, train_ppo_ray.py:56-64; NeMo RL, vllm_generation.py:108-114)."""
+        tp, gpus = recipe.rollout.tensor_parallel, self.rollout_engine_gpus(recipe)
+        if gpus < 1 or tp < 1 or (tp <= gpus and gpus % tp == 0):
+            return []  # no GPUs: refused by resources.gpus_per_node (or rollout.gpus) already
+        where = ("every GPU of the run, nodes x gpus_per_node" if recipe.rollout.colocated
+                 else "the rollout GPUs (rollout.gpus)")
+        return [FieldError("rollout.tensor_parallel", tp,
+                           f"must divide the {gpus} GPUs {self.name}'s rollout engines run on ({where}): each engine "
+                           "takes tensor_parallel GPUs, so a larger degree leaves no engine at all")]
 
     def environment(self, recipe: Recipe) -> BackendEnvironment:
         options = recipe.framework
@@ -362,4 +442,6 @@ def user_reward_packages(spec: Any) -> list[str]:
     return found
 
 
-__all__ = ["OMIT", "NativeFramework", "Translation", "model_location", "translate"]
+__all__ = ["DEFAULT_MICRO_BATCH", "DEFAULT_PROMPT_TOKENS", "OMIT", "NativeFramework", "Translation",
+           "logprob_micro_batch", "micro_batch", "micro_batch_note", "model_location", "prompt_budget",
+           "prompt_budget_note", "translate"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from unirl.cli.args import EXIT_OK, overrides_argument, verb_parser
+from unirl.cli.args import EXIT_OK, EXIT_USAGE, overrides_argument, verb_parser
 
 
 def cmd_diff(args: list[str]) -> int:
@@ -29,4 +29,7 @@ def cmd_diff(args: list[str]) -> int:
         print(json.dumps(result, indent=2, default=str))
     else:
         print_diff(result)
-    return EXIT_OK
+    # A side that refuses the recipe is invalid input for that backend: the table is still shown (what it can be
+    # compared on), but a script must not read the comparison as two runnable translations.
+    refused = result["left"]["refused"] or result["right"]["refused"]
+    return EXIT_USAGE if refused else EXIT_OK

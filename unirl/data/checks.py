@@ -9,7 +9,7 @@ from pathlib import Path
 from unirl.data.builtin import arith
 from unirl.data.builtin.tiny_model import SHAPES
 from unirl.errors import FieldError
-from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, split_source
+from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, hub_source, is_local_path, split_source
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 BUILTIN_DATASETS = ("arith",)
@@ -54,11 +54,15 @@ def source_problems(key: str, source: str | None, builtin_data: tuple[str, ...] 
             return [FieldError(key, source, f"builtin:arith splits are {list(arith.SPLITS)}")]
         return []
     if base.startswith(HUB_PREFIX):
+        name, config = hub_source(base)
+        if not name or config == "":
+            return [FieldError(key, source, "a hub dataset is hf:<dataset>[:<config>]@<split>, e.g. "
+                               "hf:openai/gsm8k:main@train")]
         return []
     path = Path(base).expanduser()
     if path.suffix not in DATA_SUFFIXES:
         return [FieldError(key, source, f"a data file must end in one of {list(DATA_SUFFIXES)}, or use "
-                           "hf:<dataset>@<split> or builtin:<name>@<split>")]
+                           "hf:<dataset>[:<config>]@<split> or builtin:<name>@<split>")]
     if not path.is_file():
         return [FieldError(key, source, "no such file")]
     return []

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from unirl.data.checks import BUILTIN_DATASETS
+from unirl.data.columns import MISSING, lookup, resolve
 from unirl.errors import FieldError
-from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, DataConfig, split_source
+from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, DataConfig, hub_source, split_source
 
 
 def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key: str) -> list[dict[str, Any]]:
+    """Every row of ``source``; a dotted ``data.prompt_key`` / ``data.answer_key`` is also set under its own name in
+    each row it reaches (:func:`unirl.data.columns.resolve`), so ``row[data.prompt_key]`` reads nested columns."""
     base, split = split_source(source)
     split = split or default_split
     if base.startswith(BUILTIN_PREFIX):
@@ -29,17 +32,41 @@ def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key:
         else:
             raise FieldError(key, source, f"builtin datasets are {list(BUILTIN_DATASETS)}")
     elif base.startswith(HUB_PREFIX):
-        import datasets
-
-        rows = [dict(r) for r in datasets.load_dataset(base[len(HUB_PREFIX):], split=split)]
+        rows = _hub_rows(key, source, split)
     else:
         rows = _read_file(Path(base).expanduser(), key)
     if not rows:
         raise FieldError(key, source, "holds no rows")
+    rows = resolve(rows, (data.prompt_key, data.answer_key))
     if data.prompt_key not in rows[0]:
         raise FieldError("data.prompt_key", data.prompt_key,
                          f"row 0 of {source} has columns {sorted(rows[0])}; choose one of them")
     return rows
+
+
+def _hub_rows(key: str, source: str, split: str) -> list[dict[str, Any]]:
+    """``datasets.load_dataset(name, config, split=split)``: a hub id, or a local dataset folder laid out like one
+    (data files, or a README.md whose YAML header lists ``configs:``). A dataset with several configs and none named
+    is the user's choice to make, reported as such."""
+    import datasets
+
+    name, config = hub_source(split_source(source)[0])
+    try:
+        loaded = datasets.load_dataset(name, config, split=split)
+    except ValueError as exc:  # datasets' own words for a missing or unknown config or split
+        text = str(exc)
+        if "Config name is missing" in text or "BuilderConfig" in text or "Unknown split" in text:
+            raise FieldError(key, source, hub_hint(name, config, split, text)) from None
+        raise
+    return [dict(r) for r in loaded]
+
+
+def hub_hint(name: str, config: str | None, split: str, reason: str) -> str:
+    """datasets' reason for refusing a config or split, and the source syntax that names one."""
+    message = " ".join(line.strip() for line in reason.strip().splitlines()[:2])
+    if "split" in message.split(".")[0].lower():
+        return f"{message}; name one as hf:{name}{':' + config if config else ''}@<split>"
+    return f"{message}; name one as hf:{name}:<config>@{split}"
 
 
 def _read_file(path: Path, key: str) -> list[dict[str, Any]]:
@@ -79,9 +106,19 @@ def fingerprint(rows: list[dict[str, Any]]) -> str:
     return digest.hexdigest()
 
 
+def reference_of(row: dict[str, Any], data: DataConfig) -> str | None:
+    """The row's reference answer as text (``data.answer_key``, dotted for nested columns); None when it has none."""
+    if data.answer_key is None:
+        return None
+    value = lookup(row, data.answer_key)
+    return None if value is MISSING or value is None else str(value)
+
+
 def render_prompt(row: dict[str, Any], data: DataConfig) -> str | list[dict[str, str]]:
     """The prompt as the backend receives it: text through the template, or chat messages."""
-    prompt = row[data.prompt_key]
+    prompt = lookup(row, data.prompt_key)
+    if prompt is MISSING:
+        raise FieldError("data.prompt_key", data.prompt_key, f"a row has no such column (its columns: {sorted(row)})")
     if isinstance(prompt, list):  # chat messages pass through unchanged
         return prompt
     text = data.prompt_template.format(**{**row, "prompt": prompt})

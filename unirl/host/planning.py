@@ -51,11 +51,25 @@ def compose(host: Host, overrides: list[str]) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
 
     register_configs(host)
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+        cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    choices = dict(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    # The framework and scheduler groups come before the recipe in the defaults list (conf/config.yaml), so a recipe
+    # file's framework:/scheduler: options win over the groups' defaults; its ``name`` must not pick another backend
+    # than the group Hydra composed the options of.
+    for group in ("framework", "scheduler"):
+        chosen, named = choices.get(group), cfg[group].get("name")
+        if chosen and named != chosen:
+            raise FieldError(f"{group}.name", named,
+                             f"{chosen!r}, the {group} selected with {group}={chosen} (the default unless given): a "
+                             f"recipe file's {group}.name does not select the {group}; pass {group}=NAME instead")
+    return cfg
 
 
 def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:

@@ -33,6 +33,34 @@ BACKEND_LOG = "backend.log"
 TERMINAL = ("completed", "failed", "cancelled", "interrupted")
 """States after which the job's process or cluster job is gone: ``unirl stop`` refuses them."""
 
+RDZV_ENDPOINT = "{rdzv_endpoint}"
+"""In a plan's command: torchrun's ``--rdzv_endpoint`` across nodes (``HOST:PORT`` of the first node), which only the
+scheduler that holds the allocation knows; :func:`with_rendezvous` fills it in."""
+RDZV_ID = "{rdzv_id}"
+"""In a plan's command: torchrun's ``--rdzv_id``, one per job (the Slurm job id, the Ray submission id)."""
+RDZV_PORT = 29500  # torchrun's own default port for the c10d rendezvous (torch/distributed/run.py --master_port)
+
+
+def needs_rendezvous(command: list[str]) -> bool:
+    """Does the command start processes on several nodes that must meet (a torchrun with a c10d rendezvous)?"""
+    return RDZV_ENDPOINT in command
+
+
+def with_rendezvous(command: list[str], endpoint: str, run_id: str) -> list[str]:
+    """The command with the rendezvous endpoint and id of this job filled in."""
+    return [endpoint if c == RDZV_ENDPOINT else run_id if c == RDZV_ID else c for c in command]
+
+
+def multi_node_refusal(plan: LaunchPlan, scheduler: str) -> UnirlError | None:
+    """The error for a multi-node torchrun plan on a scheduler that holds one node (the local one)."""
+    if not needs_rendezvous(plan.command):
+        return None
+    return UnirlError(f"resources.nodes={plan.environment.nodes}: the {scheduler} scheduler starts the run's command "
+                      f"once, on one node, and this {plan.framework} run needs torchrun on every node of an "
+                      "allocation; "
+                      "use scheduler=slurm (one torchrun per node, meeting at a rendezvous on the first), or "
+                      "resources.nodes=1 with more processes per node")
+
 
 @dataclass
 class JobResult:

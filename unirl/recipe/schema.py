@@ -22,6 +22,7 @@ from unirl.rewards.spec import RewardPolicy
 BUILTIN_PREFIX = "builtin:"
 HUB_PREFIX = "hf:"
 SPLIT_SEP = "@"  # source@split; "#" would need quoting in Hydra's override grammar
+CONFIG_SEP = ":"  # hf:<dataset>:<config>@<split>, the config (subset) datasets.load_dataset takes as its `name`
 HUB_ID = re.compile(r"^([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")  # "gpt2" or "org/name"
 # The rollout engines unirl itself registers (unirl.plugins.rollout_engines); validate's default when the caller does
 # not pass the host's registry, which plugins may extend.
@@ -41,18 +42,23 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     train: str = setting("builtin:arith@train", """Training prompts: ``builtin:<name>@<split>``, a .jsonl/.json/.parquet
-        file, or ``hf:<dataset>@<split>``.""")
+        file, or ``hf:<dataset>[:<config>]@<split>`` (a hub id or a local dataset folder, as
+        ``datasets.load_dataset(<dataset>, <config>, split=<split>)`` takes them; e.g.
+        ``hf:openai/gsm8k:main@train``).""")
     eval: str | None = setting("builtin:arith@heldout", """Held-out prompts, same forms as ``train``; null = no held-out
         evaluation.""")
-    prompt_key: str = setting("prompt", "Column holding the prompt (text, or chat messages).")
+    prompt_key: str = setting("prompt", """Column holding the prompt (text, or chat messages); a dotted name
+        reaches into nested columns (``extra_info.question``) when no column has that literal name.""")
     answer_key: str | None = setting("answer", """Column holding the reference answer passed to rewards as
-        ``sample.reference``; null = no references.""")
+        ``sample.reference``; dotted for nested columns, e.g. ``reward_model.ground_truth`` in verl's preprocessed
+        parquet; null = no references.""")
     prompt_template: str = setting("{prompt}", """Python format string applied to text prompts; other columns are
         available by name.""")
     chat_template: bool = setting(False, """Render prompts with the model's chat template: a text prompt becomes one
         user message. Prompts that are already message lists are always rendered with it.""")
-    max_prompt_tokens: int | None = setting(None, """Prompts longer than this are truncated from the left; null = no
-        limit.""", unit="tokens", at_least=1, typo_above=1 << 20)
+    max_prompt_tokens: int | None = setting(None, """The prompt budget: prompts longer than this are truncated from
+        the left; null = unirl's default budget of 512 tokens, resolved and sent explicitly to every backend (``unirl
+        plan`` shows how each one receives it).""", unit="tokens", at_least=1, typo_above=1 << 20)
     train_rows: int | None = setting(None, """Use at most this many training rows (after shuffling with the seed);
         null = all.""", unit="rows", at_least=1, typo_above=10**9)
     eval_rows: int | None = setting(None, "Use at most this many held-out rows; null = all.", unit="rows", at_least=1,
@@ -73,8 +79,14 @@ class AlgorithmConfig:
                                       why="GRPO compares completions within a group")
     mini_batches_per_step: int = setting(1, """Optimizer updates per step: the step's completions are split into this
         many mini-batches.""", unit="optimizer updates", at_least=1, typo_above=10**6)
-    micro_batch_size: int | None = setting(None, """Completions per forward/backward pass on one device; null = a whole
-        mini-batch at once.""", unit="completions", at_least=1, typo_above=10**6)
+    micro_batch_size: int | None = setting(None, """Completions per forward/backward pass on one device; null = a
+        memory-safe default on the GPU backends (verl, OpenRLHF, NeMo RL, slime, vime): the largest divisor of one
+        GPU's share of an update up to 4, shown in ``unirl plan``; on TRL a whole mini-batch at once.""",
+                                           unit="completions", at_least=1, typo_above=10**6)
+    logprob_micro_batch_size: int | None = setting(None, """Completions per forward pass on one device when computing
+        log-probabilities (the rollout policy's and the reference's): no gradients, so it may be larger than
+        ``micro_batch_size``; null = the training micro-batch. Refused by a backend with no such key.""",
+                                                   unit="completions", at_least=1, typo_above=10**6)
     epochs_per_batch: int = setting(1, "Passes over each step's rollouts (PPO epochs; TRL's num_iterations).",
                                     unit="passes", at_least=1, typo_above=1000)
     lr: float = setting(1e-6, "Learning rate, per optimizer update.", above=0, typo_above=1.0)
@@ -138,6 +150,14 @@ class ResourcesConfig:
         box; null = torch default.""", unit="threads", at_least=1, typo_above=4096)
     gradient_checkpointing: bool = setting(False, "Recompute activations in the backward pass: less memory, about "
                                            "30% slower.")
+    cpu_processes: int = setting(1, """Training processes per node when the run has no GPUs (gpus_per_node=0): above 1,
+        TRL is launched with torchrun and trains data-parallel over torch.distributed's gloo backend on the CPU (each
+        process takes an equal share of every update). GPU runs start one process per training GPU instead.""",
+                                 unit="processes", at_least=1, typo_above=1024)
+    sharding: str | None = setting(None, """How the training state (weights, gradients, optimizer) is split over the
+        training GPUs: fsdp (PyTorch FSDP2), zero2 or zero3 (DeepSpeed ZeRO stages; DeepSpeed must be installed where
+        the backend runs), none (every process holds all of it: plain data parallel); null = the backend's own
+        default (TRL: none).""", choices=("none", "fsdp", "zero2", "zero3"))
 
 
 @dataclass
@@ -218,7 +238,9 @@ class Recipe:
 
     @property
     def world_size(self) -> int:
-        """Training processes: one per training GPU (rollout-only GPUs excluded), or one on CPU."""
+        """Training processes: one per training GPU (rollout-only GPUs excluded), or nodes x cpu_processes on CPU."""
+        if self.total_gpus == 0:
+            return self.resources.nodes * max(self.resources.cpu_processes, 1)
         return max(1, self.total_gpus - self.rollout_gpus)
 
     @property
@@ -251,6 +273,18 @@ def split_source(source: str) -> tuple[str, str]:
     return base, split
 
 
+def hub_source(base: str) -> tuple[str, str | None]:
+    """``"hf:openai/gsm8k:main"`` -> ("openai/gsm8k", "main"); ``"hf:openai/gsm8k"`` -> ("openai/gsm8k", None).
+
+    ``base`` is a source without its split (:func:`split_source`). The config is what follows the last ":" when it is
+    a plain name (no "/"); a local dataset folder whose own name holds a ":" is taken whole when it exists."""
+    name = base[len(HUB_PREFIX):] if base.startswith(HUB_PREFIX) else base
+    head, sep, config = name.rpartition(CONFIG_SEP)
+    if not sep or "/" in config or Path(name).expanduser().exists():
+        return name, None
+    return head, config
+
+
 def is_local_path(value: str) -> bool:
     """A model or data location meant as a path on this machine (not a hub id or builtin)."""
     return value.startswith(("/", ".", "~")) or Path(value).expanduser().exists() or not HUB_ID.match(value)
@@ -269,6 +303,16 @@ def rollout_gpu_problems(recipe: Recipe) -> list[FieldError]:
         return [FieldError("rollout.gpus", gpus,
                            f"must be between 1 and {max(total - 1, 0)} (nodes x gpus_per_node, leaving GPUs to train) "
                            f"and a multiple of rollout.tensor_parallel={rollout.tensor_parallel}")]
+    return []
+
+
+def process_problems(recipe: Recipe) -> list[FieldError]:
+    """``resources.cpu_processes`` counts CPU training processes: with GPUs, there is one process per GPU."""
+    res = recipe.resources
+    if res.cpu_processes > 1 and (res.gpus_per_node > 0 or res.device == "cuda"):
+        return [FieldError("resources.cpu_processes", res.cpu_processes,
+                           f"only for CPU runs (gpus_per_node=0, device cpu or auto; here gpus_per_node="
+                           f"{res.gpus_per_node}, device={res.device}): a GPU run starts one process per GPU")]
     return []
 
 
@@ -328,6 +372,7 @@ def validate(recipe: Recipe, known_rewards: list[str], known_engines: Sequence[s
     problems = field_problems(recipe, {"rollout_engines": tuple(known_engines)})
     problems += run_name.problems(recipe.run.name)  # one plain folder name: it becomes part of the run directory
     problems += rollout_gpu_problems(recipe)
+    problems += process_problems(recipe)
     problems += batch_problems(recipe)
     problems += reward_problems(recipe, known_rewards)
     problems += list(more)

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 # Arithmetic only: a small vocabulary lets a random policy hit digits often enough for RL to start.
@@ -68,3 +74,68 @@ def save(name: str, seed: int, out_dir: Path) -> Path:
     model.save_pretrained(out_dir)
     tok.save_pretrained(out_dir)
     return out_dir
+
+
+@dataclass(frozen=True)
+class UnknownCharacters:
+    """What of a dataset's prompts the character tokenizer cannot represent (each such character is ``<unk>``)."""
+
+    prompts: int
+    """Prompts looked at."""
+    affected: int
+    """Prompts with at least one unknown character."""
+    characters: Counter[str]
+    """Each unknown character and how often it occurs."""
+    first: int | None
+    """Index of the first affected prompt."""
+    example: str = ""
+    """That prompt's text, cut short."""
+
+
+def prompt_text(prompt: str | Sequence[Mapping[str, Any]]) -> str:
+    """The text the tokenizer sees: a text prompt, or chat messages' contents as :data:`CHAT_TEMPLATE` joins them."""
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(str(m.get("content", "")) for m in prompt)
+
+
+def unknown_characters(prompts: Iterable[str | Sequence[Mapping[str, Any]]]) -> UnknownCharacters:
+    """Count the characters of ``prompts`` that the builtin tokenizer maps to ``<unk>`` (anything not in CHARS)."""
+    known = frozenset(CHARS)
+    counts: Counter[str] = Counter()
+    total = affected = 0
+    first: int | None = None
+    example = ""
+    for i, prompt in enumerate(prompts):
+        text = prompt_text(prompt)
+        total += 1
+        unknown = [c for c in text if c not in known]
+        if unknown:
+            affected += 1
+            counts.update(unknown)
+            if first is None:
+                first, example = i, text if len(text) <= 80 else text[:80] + "..."
+    return UnknownCharacters(total, affected, counts, first, example)
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_unknown_characters(model_path: str, source: str, prompts: Iterable[str | Sequence[Mapping[str, Any]]]
+                            ) -> UnknownCharacters | None:
+    """When ``model_path`` is a builtin model and ``source``'s prompts hold characters its tokenizer does not know:
+    one warning (on the ``unirl`` logger) naming the dataset, how many prompts and characters are affected and an
+    example, once per process for each model and dataset. Returns what was found (None for other models)."""
+    if not model_path.startswith("builtin:"):
+        return None
+    found = unknown_characters(prompts)
+    if not found.affected or (model_path, source) in _WARNED:
+        return found
+    _WARNED.add((model_path, source))
+    shown = ", ".join(repr(c) for c, _ in found.characters.most_common(8))
+    log.warning("%s: %d of %d prompts hold characters the %s tokenizer does not know, which become <unk> "
+                "(%d distinct, %d occurrences; most frequent: %s); e.g. prompt %d: %r. Its character-level "
+                "vocabulary is only %r: for text like this, use a real model (model.path=<hub id or directory>)",
+                source, found.affected, found.prompts, model_path, len(found.characters),
+                sum(found.characters.values()), shown, found.first, found.example, "".join(CHARS))
+    return found

@@ -1,7 +1,10 @@
 """Math answer correctness: extract the final answer and compare it with the reference exactly.
 
 Accepted answer forms, in order of precedence: the last ``\\boxed{...}``, a ``#### x`` line (GSM8K),
-otherwise the last number in the text. Numbers compare as exact fractions, so ``0.5``, ``1/2`` and
+otherwise the last number in the text. A reference is reduced to its final answer the same way
+(:func:`reference_answer`), so a GSM8K solution given as the reference compares by its ``#### 72``, on every
+backend (each adapter calls these functions); a reference with no answer to find is a failed reward call,
+counted by the executor, never a score of 0. Numbers compare as exact fractions, so ``0.5``, ``1/2`` and
 ``\\frac{1}{2}`` are equal; anything else compares as whitespace-normalised text. With
 ``verifier: math_verify`` (kwargs), expressions are compared symbolically by math-verify instead
 (``pip install math-verify``); its SIGALRM timeouts are switched off, because they fail off the main
@@ -51,6 +54,44 @@ def extract_answer(text: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
+@functools.lru_cache(maxsize=65536)  # one reference per prompt, scored once per completion
+def reference_answer(reference: str) -> str:
+    """The final answer of a reference, reduced the way a completion is: the last ``\\boxed{...}``, else a ``#### x``
+    line (a GSM8K solution ends ``#### 72``), else the whole reference when it is one number or one line of text
+    (``72``, ``\\frac{1}{2}``, ``x^2+1``), else the last number of a worked solution.
+
+    Raises ValueError when there is none (empty, ``####`` with nothing after it, an unbalanced ``\\boxed{``, or the
+    text of a dict, which is what a nested answer column becomes when ``data.answer_key`` names the column above
+    it): the executor counts that as a failed call, never as a wrong completion scoring 0."""
+    text = reference.strip()
+    if not text:
+        raise ValueError("the reference is empty: the row has no answer to compare with")
+    if "\\boxed" in text:
+        boxed = last_boxed(text)
+        if boxed is None or not boxed.strip():
+            raise ValueError(f"the reference has an empty or unbalanced \\boxed{{}}: {_clip(text)}")
+        return boxed.strip()
+    if "####" in text:
+        after = text.rsplit("####", 1)[1].strip()
+        if not after:
+            raise ValueError(f"the reference ends with '####' and no answer after it: {_clip(text)}")
+        return after.splitlines()[0].strip()
+    if text.startswith("{") and text.endswith("}") and ":" in text:
+        raise ValueError(f"the reference is the text of an object, not an answer: {_clip(text)}; point "
+                         "data.answer_key at the field inside it (dotted, e.g. reward_model.ground_truth)")
+    if as_number(text) is not None or "\n" not in text:
+        return text
+    numbers = NUMBER.findall(text)
+    if not numbers:
+        raise ValueError(f"the reference has several lines, no \\boxed{{}}, no '####' line and no number: "
+                         f"{_clip(text)}")
+    return str(numbers[-1])
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
 @functools.lru_cache(maxsize=65536)
 def as_number(text: str) -> Fraction | int | None:
     cleaned = text.strip()
@@ -98,16 +139,17 @@ def builtin_verifier(kwargs: Mapping[str, Any]) -> bool:
 
 @unirl.reward("math_answer", components=("has_answer",), trusted=builtin_verifier)
 def math_answer(sample: unirl.Sample, verifier: str = "builtin") -> unirl.RewardResult:
-    """1.0 when the completion's final answer equals the reference (boxed, ####, or last number)."""
+    """1.0 when the completion's final answer equals the reference's (each boxed, ####, or last number)."""
     if sample.reference is None:
         raise ValueError("math_answer needs a reference answer (data.answer_key)")
-    if verifier == "math_verify":
-        correct, predicted = math_verify_match(sample.completion, str(sample.reference))
-    elif verifier == "builtin":
-        predicted = extract_answer(sample.completion)
-        correct = predicted is not None and answers_match(predicted, str(sample.reference))
-    else:
+    if verifier not in VERIFIERS:
         raise ValueError(f"math_answer: verifier={verifier!r}; allowed: {list(VERIFIERS)}")
+    reference = reference_answer(str(sample.reference))
+    if verifier == "math_verify":
+        correct, predicted = math_verify_match(sample.completion, reference)
+    else:
+        predicted = extract_answer(sample.completion)
+        correct = predicted is not None and answers_match(predicted, reference)
     return unirl.RewardResult(
         score=1.0 if correct else 0.0,
         components={"has_answer": 0.0 if predicted is None else 1.0},
@@ -120,9 +162,9 @@ def numeric_closeness(sample: unirl.Sample, scale: float = 10.0) -> float:
     """Partial credit max(0, 1 - |answer - reference| / scale): a dense signal toward the right number."""
     if sample.reference is None:
         raise ValueError("numeric_closeness needs a reference answer (data.answer_key)")
+    r = as_number(reference_answer(str(sample.reference)))
     predicted = extract_answer(sample.completion)
     p = None if predicted is None else as_number(predicted)
-    r = as_number(str(sample.reference))
     if r is None:
         raise ValueError(f"numeric_closeness needs a numeric reference, got {sample.reference!r}")
     if p is None:

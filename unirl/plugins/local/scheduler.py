@@ -27,7 +27,15 @@ from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
 from unirl.host.registry import load_dotted
 from unirl.launch.run_lock import boot_id, note_child, started_text
-from unirl.launch.scheduler import BACKEND_LOG, JobResult, SchedulerBase, finish, read_summary, write_job_record
+from unirl.launch.scheduler import (
+    BACKEND_LOG,
+    JobResult,
+    SchedulerBase,
+    finish,
+    multi_node_refusal,
+    read_summary,
+    write_job_record,
+)
 from unirl.process_tree import alive, process_start
 
 GRACE_S = 10.0
@@ -42,6 +50,9 @@ class LocalScheduler(SchedulerBase):
     options: ClassVar[dict[str, Any]] = {"name": NAME, "in_process": True}
 
     def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
+        refusal = multi_node_refusal(plan, NAME)
+        if refusal is not None:
+            raise refusal
         run_dir.mkdir(parents=True, exist_ok=True)
         # A `unirl stop` of an earlier start of this directory (before a resume) is not a stop of this one.
         (run_dir / STOP_REQUESTED).unlink(missing_ok=True)

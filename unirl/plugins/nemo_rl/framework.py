@@ -23,13 +23,28 @@ key set in ``grpo``/``loss_fn``, which this plugin's schema does not describe.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from unirl.backend.contract import OMIT, Capabilities, Mapping
 from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
-from unirl.backend.native import CHECKPOINTS, GPU_ON_RAY, SPEC_PATH, NativeFramework, model_location
-from unirl.backend.plan import LaunchPlan, in_run_dir
+from unirl.backend.native import (
+    CHECKPOINTS,
+    DEFAULT_PROMPT_TOKENS,
+    GPU_ON_RAY,
+    LOGPROB_MICRO_BATCH_NOTE,
+    MICRO_BATCH_NOTE,
+    SPEC_PATH,
+    NativeFramework,
+    logprob_micro_batch,
+    micro_batch_note,
+    model_location,
+    prompt_budget,
+    prompt_budget_note,
+)
+from unirl.backend.native import micro_batch as native_micro_batch
+from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
 from unirl.data.builtin.tiny_model import SHAPES
 from unirl.errors import FieldError
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
@@ -65,7 +80,6 @@ ENV_NAME = "unirl"  # unirl.adapters.nemo_rl.ENV_NAME; not imported: that module
 EXPORT_FORMAT = "nemo_rl_jsonl"
 TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
-PROMPT_BUDGET_TOKENS = 512  # the base config's whole max_total_sequence_length
 VAL_BATCH_SIZE = 256  # grpo.val_batch_size in the base config
 EVERY_VALIDATION_ROW = 10**9  # validate() stops at the end of its loader (no drop_last, grpo.py:410-416 @ v0.7.0)
 
@@ -85,7 +99,8 @@ def option(r: Recipe, name: str) -> Any:
 
 
 def total_sequence_length(r: Recipe) -> int:
-    """Prompt plus completion, in tokens: the option, else a builtin model's whole context, else 512 + completion."""
+    """Prompt plus completion, in tokens: the option, else a builtin model's whole context, else unirl's prompt budget
+    (:func:`unirl.backend.native.prompt_budget`) + completion."""
     explicit = option(r, "max_total_sequence_length")
     if explicit:
         return int(explicit)
@@ -93,7 +108,7 @@ def total_sequence_length(r: Recipe) -> int:
         shape = SHAPES.get(r.model.path[len(BUILTIN_PREFIX):], {})
         if "max_position_embeddings" in shape:
             return int(shape["max_position_embeddings"])  # vLLM refuses a max_model_len beyond the model's
-    return PROMPT_BUDGET_TOKENS + r.algorithm.max_new_tokens
+    return prompt_budget(r) + r.algorithm.max_new_tokens
 
 
 def generation_gpus_per_node(r: Recipe) -> int | None:
@@ -121,8 +136,13 @@ def training_gpus(r: Recipe) -> int:
 
 
 def micro_batch(r: Recipe) -> int:
-    """Sequences per GPU per forward/backward: the recipe's, else one training GPU's share of a mini-batch."""
-    return r.micro_batch(training_gpus(r))
+    """Sequences per GPU per forward/backward: the recipe's, else unirl's memory-safe default over the training GPUs
+    (:func:`unirl.backend.native.micro_batch`)."""
+    return native_micro_batch(r, training_gpus(r))
+
+
+def logprob_batch(r: Recipe) -> int:
+    return logprob_micro_batch(r, training_gpus(r))
 
 
 def warmup_steps(r: Recipe) -> int:
@@ -184,8 +204,13 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.mini_batches_per_step", f"{P}.train_global_batch_size", lambda r: r.completions_per_update,
             "counts sequences per optimizer step: prompts x samples / mini_batches_per_step", native_default=512),
     Mapping("algorithm.micro_batch_size", f"{P}.train_micro_batch_size", micro_batch,
-            "sequences per GPU per pass (null: one training GPU's share of a mini-batch); with sequence packing "
-            "it sets the packed token budget, x max_total_sequence_length", native_default=4),
+            f"{MICRO_BATCH_NOTE}; with sequence packing it sets the packed token budget, x max_total_sequence_length",
+            note_for=lambda r: micro_batch_note(r, training_gpus(r)) + "; with sequence packing it sets the packed "
+                                                                      "token budget, x max_total_sequence_length",
+            native_default=4),
+    Mapping("algorithm.logprob_micro_batch_size", f"{P}.logprob_batch_size", logprob_batch,
+            f"{LOGPROB_MICRO_BATCH_NOTE} (the base config interpolates the training one)",
+            native_default="${policy.train_micro_batch_size}"),
     Mapping("algorithm.epochs_per_batch", "(one pass per step)", lambda r: 1, allowed=(1,),
             supported_text="epochs_per_batch=1 only: GRPO in NeMo RL trains once on each step's rollouts "
                            "(no PPO epochs key)"),
@@ -277,7 +302,13 @@ MAPPING: tuple[Mapping, ...] = (
             supported_text="data.chat_template=true only: math_hf_data_processor always renders the prompt with "
                            "the tokenizer's chat template (nemo_rl/data/processors.py:408-413)",
             native_default="math_hf_data_processor"),
-    Mapping("data.max_prompt_tokens", "(data.max_input_seq_length)", lambda r: None, allowed=(None,),
+    Mapping("data.max_prompt_tokens", "(data.max_input_seq_length)", prompt_budget, allowed=(None,),
+            note=f"null: unirl's default prompt budget of {DEFAULT_PROMPT_TOKENS} tokens, sent as part of "
+                 "policy.max_total_sequence_length (= budget + max_new_tokens)",
+            note_for=lambda r: prompt_budget_note(r, "sent as part of policy.max_total_sequence_length "
+                                                     f"({total_sequence_length(r)} = budget + max_new_tokens, unless "
+                                                     "framework.max_total_sequence_length or a builtin model's "
+                                                     "context sets it)"),
             supported_text="null only: NeMo RL does not cut long prompts from the left; a prompt reaching "
                            "data.max_input_seq_length is cut to 4 tokens and masked out of the loss "
                            "(processors.py:427-433); size framework.max_total_sequence_length instead"),
@@ -353,8 +384,29 @@ class NemoRlFramework(NativeFramework):
         "generation_nodes": None,
     }
 
+    def rollout_engine_gpus(self, recipe: Recipe) -> int:
+        """vLLM's world: every GPU when colocated, else the generation GPUs per node x generation nodes
+        (the tensor-parallel degree must divide it, nemo_rl/models/generation/vllm/vllm_generation.py:108-114)."""
+        if recipe.rollout.colocated:
+            return recipe.total_gpus
+        return (generation_gpus_per_node(recipe) or 0) * (generation_nodes(recipe) or 1)
+
     def extra_problems(self, recipe: Recipe) -> list[FieldError]:
-        return _resource_problems(recipe)
+        return _resource_problems(recipe) + _twin_problems(recipe)
+
+    def apply_overrides(self, native: dict[str, Any], raw: list[MappedField]) -> dict[str, Any]:
+        """An override of one key of a pinned pair (:data:`TWIN_KEYS`) sets its twin too, so the two stay equal."""
+        native = super().apply_overrides(native, raw)
+        for row in raw:
+            twin = TWIN_KEYS.get(row.native_key)
+            if twin is not None:
+                native[twin] = row.value
+        return native
+
+    def overrides(self, recipe: Recipe) -> list[MappedField]:
+        rows = super().overrides(recipe)
+        return [replace(row, note=f"{row.note}; sets {TWIN_KEYS[row.native_key]} too (NeMo RL reads both)")
+                if row.native_key in TWIN_KEYS else row for row in rows]
 
     def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
         return {"base_config": str(option(recipe, "base_config")), "overrides": native}
@@ -393,6 +445,29 @@ class NemoRlFramework(NativeFramework):
         return cross_field_problems(merged_config(overrides))
 
 
+_PAIRS = (("grpo.use_leave_one_out_baseline", "grpo.adv_estimator.use_leave_one_out_baseline"),
+          ("grpo.normalize_rewards", "grpo.adv_estimator.normalize_rewards"))
+TWIN_KEYS = {**dict(_PAIRS), **{b: a for a, b in _PAIRS}}
+"""Keys unirl pins in pairs: the advantage estimator reads ``grpo.adv_estimator.*`` (grpo.py:1791-1801 @ v0.7.0)
+while other code reads the top-level key, and the base config's interpolation between them is replaced by the
+explicit values unirl sends, so an override of one alone would leave the two disagreeing."""
+
+
+def _twin_problems(r: Recipe) -> list[FieldError]:
+    """Both keys of a pair overridden with different values: no consistent configuration honours both."""
+    from unirl.backend.native import flatten
+
+    raw = flatten(r.framework.get("overrides") or {})
+    problems: list[FieldError] = []
+    for a, b in _PAIRS:
+        if a in raw and b in raw and raw[a] != raw[b]:
+            problems.append(FieldError(f"framework.overrides.{a}", raw[a],
+                                       f"the same value as framework.overrides.{b}={raw[b]!r}: NeMo RL reads both "
+                                       "keys (grpo.py:1791-1801 @ v0.7.0) and they must agree; override one of them "
+                                       "(unirl sets its twin) or both alike"))
+    return problems
+
+
 def _resource_problems(r: Recipe) -> list[FieldError]:
     """What NeMo RL checks only once Ray is up: generation GPUs, the sequence budget, and batch splits."""
     problems: list[FieldError] = []
@@ -410,13 +485,6 @@ def _resource_problems(r: Recipe) -> list[FieldError]:
             problems.append(FieldError(
                 "framework.generation_nodes", generation_nodes(r),
                 f"must leave at least one of the {r.resources.nodes} nodes to train on (grpo.py:662-665)"))
-    generation_world = (r.resources.nodes * r.resources.gpus_per_node if r.rollout.colocated
-                        else (generation_gpus_per_node(r) or 0) * (generation_nodes(r) or 1))
-    if generation_world and generation_world % r.rollout.tensor_parallel:
-        problems.append(FieldError(
-            "rollout.tensor_parallel", r.rollout.tensor_parallel,
-            f"must divide the {generation_world} GPUs vLLM runs on "
-            "(nemo_rl/models/generation/vllm/vllm_generation.py:108-114 @ v0.7.0)"))
     if r.algorithm.max_new_tokens >= total_sequence_length(r):
         problems.append(FieldError(
             "algorithm.max_new_tokens", r.algorithm.max_new_tokens,

@@ -16,13 +16,28 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from unirl.backend.contract import OMIT, Capabilities, Mapping, store_true
 from unirl.backend.export import export_path
-from unirl.backend.native import CHECKPOINTS, GPU_ON_RAY, SPEC_FILE, NativeFramework, model_location
+from unirl.backend.native import (
+    CHECKPOINTS,
+    DEFAULT_PROMPT_TOKENS,
+    GPU_ON_RAY,
+    LOGPROB_MICRO_BATCH_NOTE,
+    MICRO_BATCH_NOTE,
+    SPEC_FILE,
+    NativeFramework,
+    logprob_micro_batch,
+    micro_batch,
+    micro_batch_note,
+    model_location,
+    prompt_budget,
+    prompt_budget_note,
+)
 from unirl.backend.plan import LaunchPlan, in_run_dir
 from unirl.errors import FieldError, UnirlError, Unsupported
 from unirl.recipe.schema import Recipe
@@ -72,6 +87,28 @@ def updates(r: Recipe) -> int:
     return r.algorithm.steps * r.algorithm.mini_batches_per_step * r.algorithm.epochs_per_batch
 
 
+def warmup_ratio(r: Recipe) -> float:
+    """``--actor.lr_warmup_ratio`` that OpenRLHF turns back into exactly ``warmup_steps`` optimizer updates.
+
+    OpenRLHF warms up for ``math.ceil(scheduler_steps * lr_warmup_ratio)`` updates (openrlhf/utils/deepspeed/
+    deepspeed.py:367-383 @ 0.11.2), ``scheduler_steps`` being every optimizer update of the run (ppo_trainer.py:72-78).
+    The plain quotient can land one ulp above the integer (7 / 25 * 25 = 7.000000000000001, a warm-up of 8), so the
+    ratio is lowered by ulps until the product rounds up to the recipe's count."""
+    warmup, total = r.algorithm.warmup_steps, updates(r)
+    ratio = warmup / total
+    while ratio > 0 and math.ceil(total * ratio) > warmup:
+        ratio = math.nextafter(ratio, 0.0)
+    return ratio
+
+
+def lr_scheduler(r: Recipe) -> str:
+    """transformers' ``constant`` schedule ignores ``num_warmup_steps`` (transformers/optimization.py get_scheduler:
+    ``if name == SchedulerType.CONSTANT: return schedule_func(optimizer)``), so a warm-up needs constant_with_warmup."""
+    if r.algorithm.lr_schedule == "constant" and r.algorithm.warmup_steps:
+        return "constant_with_warmup"
+    return LR_SCHEDULE[r.algorithm.lr_schedule]
+
+
 MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.advantage_norm", "algo.advantage.estimator", lambda r: ESTIMATOR[r.algorithm.advantage_norm],
             "group=group_norm (GRPO), none=dr_grpo, batch=reinforce_baseline", native_default="gae"),
@@ -81,21 +118,23 @@ MAPPING: tuple[Mapping, ...] = (
             "prompts per step", native_default=1024),
     Mapping("algorithm.mini_batches_per_step", "train.batch_size", lambda r: r.completions_per_update,
             "completions per optimizer update", native_default=128),
-    Mapping("algorithm.micro_batch_size", "train.micro_batch_size", lambda r: r.micro_batch(),
-            "completions per GPU per pass", native_default=1),
-    Mapping("algorithm.micro_batch_size", "rollout.micro_batch_size", lambda r: r.micro_batch(),
-            "completions per GPU when computing log-probs", native_default=1),
+    Mapping("algorithm.micro_batch_size", "train.micro_batch_size", micro_batch, MICRO_BATCH_NOTE,
+            note_for=micro_batch_note, native_default=1),
+    Mapping("algorithm.logprob_micro_batch_size", "rollout.micro_batch_size", logprob_micro_batch,
+            LOGPROB_MICRO_BATCH_NOTE, native_default=1),
     Mapping("algorithm.steps", "train.num_episodes", lambda r: 1,
             "one pass over the exported file of steps x prompts_per_step prompts", native_default=1),
     Mapping("algorithm.steps", "data.max_samples", lambda r: r.prompts_per_run, native_default=100000000),
     Mapping("algorithm.epochs_per_batch", "train.max_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "actor.adam.lr", lambda r: r.algorithm.lr, native_default=1e-6),
-    Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lambda r: LR_SCHEDULE[r.algorithm.lr_schedule],
+    Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lr_scheduler,
+            "constant with a warm-up: constant_with_warmup (transformers' constant has none)",
             native_default="cosine_with_min_lr"),
     Mapping("algorithm.lr_schedule", "actor.min_lr_ratio", lambda r: 0.0,
             "unirl's cosine decays to 0; OpenRLHF's stops at 10% by default", native_default=0.1),
-    Mapping("algorithm.warmup_steps", "actor.lr_warmup_ratio", lambda r: r.algorithm.warmup_steps / updates(r),
-            "a fraction of all optimizer updates", native_default=0.03),
+    Mapping("algorithm.warmup_steps", "actor.lr_warmup_ratio", warmup_ratio,
+            "a fraction of all optimizer updates, which OpenRLHF rounds up to exactly warmup_steps",
+            native_default=0.03),
     Mapping("algorithm.weight_decay", "actor.adam.weight_decay", lambda r: r.algorithm.weight_decay,
             native_default=0.0),
     Mapping("algorithm.max_grad_norm", "actor.max_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
@@ -116,9 +155,13 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.top_p", "rollout.top_p", lambda r: r.algorithm.top_p, native_default=1.0),
     Mapping("algorithm.max_new_tokens", "rollout.max_new_tokens", lambda r: r.algorithm.max_new_tokens,
             native_default=None),
-    Mapping("data.max_prompt_tokens", "data.max_len",
-            lambda r: r.data.max_prompt_tokens + r.algorithm.max_new_tokens if r.data.max_prompt_tokens else OMIT,
-            "prompt + completion tokens; null: OpenRLHF's 2048", native_default=2048),
+    Mapping("data.max_prompt_tokens", "data.max_len", lambda r: prompt_budget(r) + r.algorithm.max_new_tokens,
+            f"prompt budget + max_new_tokens (null: unirl's default of {DEFAULT_PROMPT_TOKENS} prompt tokens): vLLM's "
+            "max_model_len and the length every sequence is cut to; OpenRLHF does not cut the prompt itself",
+            note_for=lambda r: prompt_budget_note(r, f"{prompt_budget(r)} prompt + {r.algorithm.max_new_tokens} "
+                                                     "completion tokens: vLLM's max_model_len and the length every "
+                                                     "sequence is cut to (OpenRLHF does not cut the prompt itself)"),
+            native_default=2048),
     Mapping("data.train", "data.prompt_dataset", lambda r: export_path("train", EXPORT_FORMAT),
             "exported by unirl as JSONL {input, label, datasource}", native_default=None),
     Mapping("data.prompt_key", "data.input_key", lambda r: "input", native_default="input"),
@@ -128,7 +171,18 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("data.eval", "eval.dataset", lambda r: export_path("eval", EXPORT_FORMAT) if r.data.eval else OMIT,
             native_default=None),
     Mapping("eval.every_steps", "eval.steps",
-            lambda r: r.eval.every_steps if r.data.eval and r.eval.every_steps else OMIT, native_default=-1),
+            lambda r: (r.eval.every_steps or r.algorithm.steps) if r.data.eval else OMIT,
+            "training steps; 0: algorithm.steps, the one evaluation after the last step (OpenRLHF evaluates when "
+            "global_step % eval.steps == 0, openrlhf/trainer/ppo_trainer.py:563 @ 0.11.2)",
+            supported=lambda r: not (r.data.eval and r.eval.every_steps and r.algorithm.steps % r.eval.every_steps),
+            supported_text="eval.every_steps dividing algorithm.steps (or 0): OpenRLHF evaluates only at multiples "
+                           "of --eval.steps (openrlhf/trainer/ppo_trainer.py:563 @ 0.11.2), so otherwise the run "
+                           "would end without the evaluation after training", native_default=-1),
+    Mapping("eval.before_training", "(no evaluation before training)", lambda r: False,
+            supported=lambda r: not (r.eval.before_training and r.data.eval),
+            supported_text="eval.before_training=false (or no data.eval): OpenRLHF 0.11 evaluates only after "
+                           "training steps (PPOTrainer.fit, openrlhf/trainer/ppo_trainer.py:503-580 @ 0.11.2) and "
+                           "has no option to evaluate first", native_default=False),
     Mapping("eval.greedy", "eval.n_samples_per_prompt", lambda r: 1 if r.data.eval else OMIT, native_default=4),
     Mapping("eval.greedy", "eval.temperature",
             lambda r: (0.0 if r.eval.greedy else r.algorithm.temperature) if r.data.eval else OMIT,
@@ -261,10 +315,11 @@ class OpenRlhfFramework(NativeFramework):
 def _resource_problems(r: Recipe) -> list[FieldError]:
     """What OpenRLHF would assert only after Ray started (train_ppo_ray.py:41-64), or hang on."""
     problems: list[FieldError] = []
+    if r.total_gpus and not r.rollout.colocated and r.rollout_gpus < 1:
+        problems.append(FieldError("rollout.gpus", r.rollout_gpus,
+                                   "at least one GPU for the vLLM engines: OpenRLHF 0.11 generates only with vLLM "
+                                   "(a disaggregated run of one GPU has none left; keep rollout.colocated=true)"))
     if r.total_gpus and not r.rollout.colocated and (r.total_gpus - r.rollout_gpus) % r.resources.nodes:
         problems.append(Unsupported("rollout.gpus", r.rollout_gpus, NAME,
                                     "a split that leaves every node the same number of training GPUs"))
-    if r.total_gpus and vllm_engines(r) < 1:
-        problems.append(FieldError("rollout.tensor_parallel", r.rollout.tensor_parallel,
-                                   "at most the rollout GPUs: OpenRLHF needs at least one vLLM engine"))
     return problems

@@ -145,6 +145,12 @@ def train_time_problems(args: SimpleNamespace) -> list[str]:
     if not a.vllm.num_engines:
         problems.append("--vllm.num_engines is unset: OpenRLHF 0.11 generates only with vLLM engines "
                         "(samples_generator.py has no other path)")
+    if a.rollout.max_new_tokens is not None and a.rollout.max_new_tokens >= a.data.max_len:
+        # --data.max_len is vLLM's max_model_len (train_ppo_ray.py:53-74) and the length every experience is cut to
+        # (samples_generator.py:208, 245): completions this long could never be generated or trained on.
+        problems.append(f"--rollout.max_new_tokens={a.rollout.max_new_tokens} leaves no room for the prompt in "
+                        f"--data.max_len={a.data.max_len} (prompt + completion: vLLM's max_model_len and the "
+                        "length every sequence is cut to, train_ppo_ray.py:53-74, samples_generator.py:208)")
     return problems
 
 

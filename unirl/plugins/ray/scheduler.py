@@ -3,7 +3,9 @@
 unirl does not manage the cluster: ``scheduler.address`` (else ``$RAY_ADDRESS``, else the local default) names the
 job server of a head someone started (``ray start --head``). The job's entrypoint is the plan's command where its
 backend lives, with the plan's environment (reward spec, the staged light core on PYTHONPATH) in the job's runtime
-environment. The run directory must be on a filesystem the head node sees (on one node it trivially is).
+environment. The run directory must be on a filesystem the head node sees (on one node it trivially is). A TRL
+plan on several nodes (torchrun with a rendezvous) runs through :mod:`unirl.plugins.ray.torchrun_nodes`: one
+torchrun per node of a placement group, meeting at the first node.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from typing import Any, ClassVar
 from unirl.backend.environment import launch_command
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
-from unirl.launch.scheduler import BACKEND_LOG, JobResult, SchedulerBase, finish, read_summary, write_job_record
+from unirl.launch.scheduler import (
+    BACKEND_LOG,
+    JobResult,
+    SchedulerBase,
+    finish,
+    needs_rendezvous,
+    read_summary,
+    write_job_record,
+)
 
 NAME = "ray"
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -63,6 +73,9 @@ class RayScheduler(SchedulerBase):
         "entrypoint_num_cpus": None,  # reserve CPUs / GPUs for the job's driver process on the cluster
         "entrypoint_num_gpus": None,
         "env_vars": {},  # extra environment for the job (e.g. HF_HOME, WANDB_API_KEY)
+        # placement of a multi-node torchrun plan's per-node bundles: STRICT_SPREAD = one node each (PACK fits
+        # them on one machine, e.g. to try the launch on a single-node cluster)
+        "node_strategy": "STRICT_SPREAD",
     }
 
     def check(self, options: dict[str, Any]) -> None:
@@ -73,6 +86,9 @@ class RayScheduler(SchedulerBase):
         address = address_of(options)
         client = client_for(address)
         command, env = launch_command(plan, run_dir)
+        # A torchrun plan on one node (TRL with several processes) is the job's entrypoint as it is; on several
+        # nodes the entrypoint is a driver that starts one torchrun per node (unirl.plugins.ray.torchrun_nodes).
+        command = torchrun_across_nodes(plan, command, options)
         runtime_env = {"env_vars": {**env, **{k: str(v) for k, v in (options.get("env_vars") or {}).items()},
                                     "RAY_USAGE_STATS_ENABLED": "0"}}
         entrypoint = shlex.join(command)
@@ -154,6 +170,16 @@ class RayScheduler(SchedulerBase):
         if run_dir:
             write_job_record(Path(run_dir), NAME, job_id, FINAL.get(status, "cancelled"), {})
         return f"stopped Ray job {job_id} ({status})"
+
+
+def torchrun_across_nodes(plan: LaunchPlan, command: list[str], options: dict[str, Any]) -> list[str]:
+    """The command, or for a multi-node torchrun plan the driver that runs it once per node of a placement group."""
+    if not needs_rendezvous(command):
+        return command
+    python = command[len(command) - len(plan.command)] if plan.command[:1] == ["python"] else "python"
+    return [python, "-m", "unirl.plugins.ray.torchrun_nodes", "--nodes", str(plan.environment.nodes),
+            "--gpus-per-node", str(plan.environment.gpus_per_node),
+            "--strategy", str(options.get("node_strategy") or "STRICT_SPREAD"), "--", *command]
 
 
 def checked_job_id(record: dict[str, Any]) -> str:

@@ -23,7 +23,16 @@ from typing import Any, ClassVar
 
 from unirl.backend.contract import OMIT, Capabilities, Mapping, store_true
 from unirl.backend.export import export_path
-from unirl.backend.native import CHECKPOINTS, GPU_ON_RAY, NativeFramework, model_location
+from unirl.backend.native import (
+    CHECKPOINTS,
+    GPU_ON_RAY,
+    MICRO_BATCH_NOTE,
+    NativeFramework,
+    micro_batch_note,
+    model_location,
+    prompt_budget_note,
+)
+from unirl.backend.native import micro_batch as native_micro_batch
 from unirl.backend.plan import LaunchPlan, MappedField
 from unirl.errors import FieldError, Unsupported
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
@@ -58,8 +67,9 @@ def actor_world(r: Recipe) -> int:
 
 
 def micro_batch(r: Recipe) -> int:
-    """Completions per GPU per forward/backward: the recipe's, else one actor GPU's share of an update."""
-    return r.micro_batch(actor_world(r))
+    """Completions per GPU per forward/backward: the recipe's, else unirl's memory-safe default over the actor GPUs
+    (:func:`unirl.backend.native.micro_batch`)."""
+    return native_micro_batch(r, actor_world(r))
 
 
 def with_eval(r: Recipe, value: Any) -> Any:
@@ -83,8 +93,11 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.mini_batches_per_step", "--num-steps-per-rollout", lambda r: r.algorithm.mini_batches_per_step,
             "optimizer updates per rollout; slime asserts it agrees with --global-batch-size", native_default=None),
     Mapping("algorithm.micro_batch_size", "--micro-batch-size", micro_batch,
-            "completions per actor GPU per pass; null = one GPU's share of an update (data parallel over every "
-            "actor GPU)", native_default=1),
+            f"{MICRO_BATCH_NOTE} (data parallel over every actor GPU); slime computes log-probs with it too",
+            note_for=lambda r: micro_batch_note(r, actor_world(r)), native_default=1),
+    Mapping("algorithm.logprob_micro_batch_size", "(--micro-batch-size)", lambda r: OMIT, allowed=(None,),
+            supported_text="null only: slime computes log-probs with --micro-batch-size (or a token budget, "
+                           "--log-probs-max-tokens-per-gpu, with dynamic batch sizes); it has no count of its own"),
     Mapping("algorithm.epochs_per_batch", "(one pass per rollout)", lambda r: 1, allowed=(1,),
             supported_text="1: each rollout's samples are used once (slime has no PPO-epochs flag; use "
                            "mini_batches_per_step for several updates per rollout)"),
@@ -131,6 +144,11 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.max_new_tokens", "--rollout-max-response-len", lambda r: r.algorithm.max_new_tokens,
             native_default=None),
     Mapping("data.max_prompt_tokens", "--rollout-max-prompt-len", lambda r: OMIT, allowed=(None,),
+            note="not sent: slime drops a longer prompt instead of cutting it, which would break the step-aligned "
+                 "train file; every prompt is kept whole",
+            note_for=lambda r: prompt_budget_note(r, "not sent: slime drops a longer prompt instead of cutting it "
+                                                     "(slime/utils/data.py:87-137), which would break the step-aligned "
+                                                     "train file; every prompt is kept whole"),
             supported_text="null only: slime drops prompts longer than --rollout-max-prompt-len instead of cutting "
                            "them (slime/utils/data.py:87-137), which would break the step-aligned train file; pass "
                            "--rollout-max-prompt-len through framework.overrides to accept the drop",
@@ -242,7 +260,20 @@ class SlimeFamily(NativeFramework):
         return replace(recipe, framework={**self.options, **recipe.framework})
 
     def extra_problems(self, recipe: Recipe) -> list[FieldError]:
-        return self.placement_problems(recipe) + self.model_args_problems(recipe)
+        return self.placement_problems(recipe) + self.model_args_problems(recipe) + self.override_problems(recipe)
+
+    def override_problems(self, recipe: Recipe) -> list[FieldError]:
+        """Raw flags that could not take effect under the flags unirl always sends."""
+        problems: list[FieldError] = []
+        for key, value in sorted((recipe.framework.get("overrides") or {}).items()):
+            if flag_name(key) in IGNORED_UNDER_CUSTOM_RM:
+                problems.append(FieldError(
+                    f"framework.overrides.{key}", value,
+                    f"not an override that can take effect: {self.name}'s async_rm calls the --custom-rm-path "
+                    "function before it ever reads --rm-type (slime/rollout/rm_hub/__init__.py async_rm, L55-96), "
+                    "and unirl always sends --custom-rm-path (its reward adapter scores every sample); choose the "
+                    "scoring with the recipe's rewards instead"))
+        return problems
 
     def apply_overrides(self, native: dict[str, Any], raw: list[MappedField]) -> dict[str, Any]:
         """An override flag moves to the end of the argv (argparse keeps the last occurrence); false or null
@@ -311,10 +342,6 @@ class SlimeFamily(NativeFramework):
             elif actor % per_node:
                 problems.append(FieldError("rollout.gpus", engines_gpus,
                                            f"leaves {actor} GPUs for training, not whole nodes of {per_node}"))
-        if engines_gpus >= 1 and engines_gpus % r.rollout.tensor_parallel:
-            problems.append(FieldError("rollout.tensor_parallel", r.rollout.tensor_parallel,
-                                       f"must divide the {engines_gpus} rollout GPUs (one engine per "
-                                       f"{r.rollout.tensor_parallel} GPUs)"))
         if not r.rollout.colocated and r.completions_per_update % (micro_batch(r) * max(1, actor_world(r))):
             problems.append(FieldError("algorithm.micro_batch_size", r.algorithm.micro_batch_size,
                                        f"{r.completions_per_update} completions per update must split into "
@@ -335,6 +362,10 @@ class SlimeFamily(NativeFramework):
 
         config = plan.native_config
         return schema_problems(config["args"], self.name, model_args_known=not config.get("model_args_script"))
+
+
+IGNORED_UNDER_CUSTOM_RM = ("--rm-type",)
+"""Flags slime never reads once ``--custom-rm-path`` is set (unirl always sets it)."""
 
 
 def flag_name(key: str) -> str:

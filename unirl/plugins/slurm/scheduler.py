@@ -5,7 +5,8 @@ Everything here works on clusters without accounting (no slurmdbd, so no ``sacct
 then ``sacct`` where it works, and last from ``slurm_exit_code``, which the batch script writes on exit.
 
 A Ray-based backend (it declares ``ray_across_nodes``) on more than one node gets a Ray cluster across the
-allocation first: the head on the batch node, one worker per other node through ``srun``.
+allocation first: the head on the batch node, one worker per other node through ``srun``. A torchrun plan (TRL on
+several nodes) gets one torchrun per node through ``srun``, meeting at a c10d rendezvous on the first node.
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ from typing import Any, ClassVar
 from unirl.backend.environment import launch_command
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
-from unirl.launch.scheduler import JobResult, SchedulerBase, finish, read_job_record, read_summary, write_job_record
+from unirl.launch.scheduler import (
+    RDZV_PORT,
+    JobResult,
+    SchedulerBase,
+    finish,
+    needs_rendezvous,
+    read_job_record,
+    read_summary,
+    with_rendezvous,
+    write_job_record,
+)
 
 NAME = "slurm"
 SCRIPT = "job.sbatch"
@@ -87,10 +98,11 @@ class SlurmScheduler(SchedulerBase):
     def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
         opts = {**self.options, **options}
         ray = ray_based(plan.framework)
-        if plan.environment.nodes > 1 and not ray:
+        if plan.environment.nodes > 1 and not ray and not needs_rendezvous(plan.command):
             raise UnirlError(
                 f"resources.nodes={plan.environment.nodes}: the slurm scheduler runs {plan.framework} on one node; "
-                f"only Ray-based backends (verl, OpenRLHF, NeMo RL, slime) get a multi-node launch")
+                f"multi-node launches are for Ray-based backends (verl, OpenRLHF, NeMo RL, slime) and torchrun plans "
+                f"(TRL)")
         sbatch = shutil.which("sbatch")
         if sbatch is None:
             raise UnirlError(f"scheduler=slurm needs sbatch, which is not on PATH: {INSTALL_HINT}")
@@ -213,12 +225,39 @@ def render_script(plan: LaunchPlan, run_dir: Path, options: dict[str, Any], ray_
             lines.append(f"export {key}={shlex.quote(value)}")
     if nodes > 1 and ray_based:
         lines += ["", *ray_bootstrap(plan, command, nodes, gpus)]
+    start = shlex.join(command)
+    if needs_rendezvous(command):
+        lines += ["", *torchrun_rendezvous(nodes)]
+        start = f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 " + shell_join(
+            with_rendezvous(command, RDZV_ENDPOINT_VAR, RDZV_ID_VAR))
     lines += ["",
               'echo "unirl: Slurm job $SLURM_JOB_ID on $(hostname): starting the backend"',
               "# In the background, so a SIGTERM reaches the trap at once instead of after the command ends.",
-              f"{shlex.join(command)} &",
+              f"{start} &",
               'wait "$!"']
     return "\n".join(lines) + "\n"
+
+
+RDZV_ENDPOINT_VAR = "$UNIRL_RDZV_ENDPOINT"
+RDZV_ID_VAR = "$SLURM_JOB_ID"
+
+
+def torchrun_rendezvous(nodes: int) -> list[str]:
+    """torchrun on every node (one srun task per node) meets at a c10d rendezvous on the allocation's first node.
+
+    torchrun's ``--rdzv_backend c10d --rdzv_endpoint HOST:PORT --rdzv_id ID`` (torch/distributed/run.py): the agent
+    whose host is the endpoint serves the rendezvous store, the others dial it; ranks are assigned there."""
+    return [
+        f"# torchrun on each of the {nodes} nodes; they meet at the first node's rendezvous (job id = rendezvous id).",
+        'unirl_rdzv_host=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        f'export UNIRL_RDZV_ENDPOINT="$unirl_rdzv_host:${{UNIRL_RDZV_PORT:-{RDZV_PORT}}}"',
+        'echo "unirl: torchrun rendezvous at $UNIRL_RDZV_ENDPOINT (id $SLURM_JOB_ID)"',
+    ]
+
+
+def shell_join(command: list[str]) -> str:
+    """``shlex.join``, except that the shell variables this script sets (``$NAME`` tokens) are expanded."""
+    return " ".join(f'"{c}"' if c in (RDZV_ENDPOINT_VAR, RDZV_ID_VAR) else shlex.quote(c) for c in command)
 
 
 def ray_bootstrap(plan: LaunchPlan, command: list[str], nodes: int, gpus: int) -> list[str]:

@@ -15,9 +15,11 @@ from typing import Any, ClassVar
 
 from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, RunInputs, translate
 from unirl.backend.environment import version_in
+from unirl.backend.native import prompt_budget
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
-from unirl.errors import RecipeInvalid, UnirlError, Unsupported
+from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.launch.resume import require_trainer_checkpoint
+from unirl.launch.scheduler import RDZV_ENDPOINT, RDZV_ID
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
 from unirl.record.layout import PLAN, write_json
 
@@ -55,9 +57,58 @@ def batch_layout(r: Recipe) -> dict[str, int]:
     return {"micro": micro, "accumulation": accumulation, "steps_per_generation": spread}
 
 
+def updates_per_step(r: Recipe) -> int:
+    """TRL's optimizer updates per unirl step (one rollout batch): mini_batches_per_step x epochs_per_batch.
+
+    TRL generates once every ``steps_per_generation x num_iterations`` micro-steps (trl 1.16,
+    trl/trainer/grpo_trainer.py:1538-1539, ``generate_every``) and steps the optimizer once every
+    ``gradient_accumulation_steps`` micro-steps; with ``steps_per_generation = mini_batches x accumulation``
+    (:func:`batch_layout`), one generation feeds ``mini_batches x num_iterations`` optimizer updates."""
+    return r.algorithm.mini_batches_per_step * r.algorithm.epochs_per_batch
+
+
 def _updates(r: Recipe, steps: int) -> int:
-    """unirl counts training steps; TRL counts optimizer updates (mini_batches_per_step per step)."""
-    return steps * r.algorithm.mini_batches_per_step
+    """unirl counts training steps (rollout batches); TRL counts optimizer updates (:func:`updates_per_step`)."""
+    return steps * updates_per_step(r)
+
+
+def sharding_args(sharding: str | None) -> dict[str, Any]:
+    """GRPOConfig's keys for ``resources.sharding`` (transformers 5.24 TrainingArguments ``fsdp``/``fsdp_config``,
+    training_args.py:1447-1458 and ``_process_fsdp_args`` 2775-2885; ``deepspeed``, a config dict whose "auto" values
+    transformers fills from the other arguments)."""
+    if sharding == "fsdp":
+        return {"fsdp": True, "fsdp_config": {"version": 2, "auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}}
+    if sharding in ("zero2", "zero3"):
+        return {"deepspeed": {"zero_optimization": {"stage": int(sharding[-1])},
+                              "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                              "train_batch_size": "auto", "gradient_clipping": "auto",
+                              "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}}
+    return {}
+
+
+def processes_per_node(r: Recipe) -> int:
+    """Training processes on each node: one per training GPU, else ``resources.cpu_processes`` (gloo on CPU)."""
+    if r.total_gpus == 0:
+        return max(1, r.resources.cpu_processes)
+    return max(1, r.world_size // r.resources.nodes)
+
+
+RUNNER = ["-m", "unirl.plugins.trl.runner", "--plan", in_run_dir(PLAN), "--run-dir", RUN_DIR]
+
+
+def runner_command(r: Recipe) -> list[str]:
+    """One process: the runner itself. Several: torchrun (``python -m torch.distributed.run``, the backend's own
+    interpreter) starting one runner per process; across nodes with a c10d rendezvous whose endpoint and id the
+    scheduler fills in (:func:`unirl.launch.scheduler.with_rendezvous`)."""
+    nodes, per_node = r.resources.nodes, processes_per_node(r)
+    if nodes == 1 and per_node == 1:
+        return ["python", *RUNNER]
+    command = ["python", "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc_per_node", str(per_node)]
+    if nodes == 1:
+        command.append("--standalone")  # a free local port, no rendezvous server to name
+    else:
+        command += ["--rdzv_backend", "c10d", "--rdzv_endpoint", RDZV_ENDPOINT, "--rdzv_id", RDZV_ID]
+    return [*command, *RUNNER]
 
 
 def _precision(r: Recipe) -> dict[str, Any]:
@@ -76,7 +127,8 @@ def _precision(r: Recipe) -> dict[str, Any]:
 MAPPING: tuple[Mapping, ...] = (
     Mapping("seed", "seed", lambda r: r.seed, native_default=42),
     Mapping("algorithm.steps", "max_steps", lambda r: _updates(r, r.algorithm.steps),
-            "TRL counts optimizer updates: steps x mini_batches_per_step", native_default=-1),
+            "TRL counts optimizer updates: steps x mini_batches_per_step x epochs_per_batch (one generation each "
+            "step)", native_default=-1),
     Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt,
             native_default=8),
     Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],
@@ -90,7 +142,11 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.epochs_per_batch", "num_iterations", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "learning_rate", lambda r: r.algorithm.lr, "TRL's default 1e-6 is set explicitly",
             native_default=1e-06),
-    Mapping("algorithm.lr_schedule", "lr_scheduler_type", lambda r: r.algorithm.lr_schedule, native_default='linear'),
+    # transformers' plain "constant" ignores warmup_steps (optimization.py get_constant_schedule takes none)
+    Mapping("algorithm.lr_schedule", "lr_scheduler_type",
+            lambda r: "constant_with_warmup" if r.algorithm.lr_schedule == "constant" and r.algorithm.warmup_steps
+            else r.algorithm.lr_schedule, "constant with a warm-up is sent as constant_with_warmup",
+            native_default='linear'),
     Mapping("algorithm.warmup_steps", "warmup_steps", lambda r: r.algorithm.warmup_steps, native_default=0),
     Mapping("algorithm.weight_decay", "weight_decay", lambda r: r.algorithm.weight_decay, native_default=0.0),
     Mapping("algorithm.max_grad_norm", "max_grad_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
@@ -133,8 +189,19 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("resources.gradient_checkpointing", "gradient_checkpointing",
             lambda r: r.resources.gradient_checkpointing, "TRL defaults to True; unirl to the recipe (False)",
             native_default=True),
-    Mapping("data.max_prompt_tokens", "(dataset truncation)", lambda r: r.data.max_prompt_tokens,
-            "TRL removed max_prompt_length; unirl truncates prompts from the left before training"),
+    Mapping("resources.cpu_processes", "(torchrun --nproc_per_node)", processes_per_node,
+            "training processes per node: one per training GPU, else resources.cpu_processes (gloo on CPU); above "
+            "one process or one node, the plan's command is torchrun"),
+    Mapping("resources.sharding", "fsdp/fsdp_config/deepspeed", lambda r: sharding_args(r.resources.sharding),
+            "fsdp: transformers' FSDP2 (fsdp_config.version=2, wrapping the model's _no_split_modules); zero2/zero3: a "
+            "DeepSpeed config whose 'auto' values transformers fills from GRPOConfig",
+            supported=lambda r: r.resources.sharding in (None, "none") or (r.total_gpus > 0 and r.world_size > 1),
+            supported_text="sharding over 2 or more training GPUs only: accelerate 1.15 sets up FSDP and DeepSpeed "
+                           "only for multi-GPU runs (accelerate/state.py:974-1016), so a CPU or one-GPU run would "
+                           "silently train unsharded"),
+    Mapping("data.max_prompt_tokens", "(dataset truncation)", prompt_budget,
+            "TRL 1.16 has no max_prompt_length; unirl cuts prompts from the left before training, text prompts by "
+            "tokens and chat messages by their rendered template (oldest non-system messages first)"),
 )
 
 # GRPOConfig keys unirl always sets, because TRL's defaults are wrong for unirl's contract.
@@ -143,6 +210,32 @@ FIXED: dict[str, Any] = {
     "disable_tqdm": True,  # unirl draws its own progress bar
     "remove_unused_columns": False,  # reward adapters read reference/data_source columns
 }
+
+
+def placement_problems(r: Recipe) -> list[FieldError]:
+    """What TRL would accept and then fail on after start-up (model loaded, processes started), refused by field."""
+    problems: list[FieldError] = []
+    res, tp = r.resources, r.rollout.tensor_parallel
+    if r.total_gpus and r.world_size % res.nodes:
+        problems.append(FieldError("rollout.gpus", r.rollout.gpus,
+                                   f"the {r.world_size} training GPUs must split evenly over resources.nodes="
+                                   f"{res.nodes} (one torchrun per node)"))
+    if tp > 1 and r.rollout.engine != "vllm":
+        # TRL reads vllm_tensor_parallel_size only for vLLM (trl 1.16 grpo_trainer.py:1105-1121)
+        problems.append(Unsupported("rollout.tensor_parallel", tp, NAME,
+                                    f"1 with rollout.engine={r.rollout.engine} (only vLLM rollouts are sharded)"))
+    elif tp > 1 and r.rollout.colocated:
+        # colocate: TRL raises after start-up unless tp divides the number of processes
+        # (trl 1.16 trl/generation/vllm_generation.py:311-318); a process is one GPU.
+        gpus = r.world_size if r.total_gpus else 0
+        if not gpus or gpus % tp:
+            problems.append(Unsupported("rollout.tensor_parallel", tp, NAME,
+                                        f"a divisor of the run's {gpus} training GPU(s) (nodes x gpus_per_node): "
+                                        "colocated vLLM shards over the training processes' GPUs"))
+    elif tp > 1 and tp > r.rollout_gpus:
+        problems.append(Unsupported("rollout.tensor_parallel", tp, NAME,
+                                    f"at most the {r.rollout_gpus} GPU(s) of the vLLM server (rollout.gpus)"))
+    return problems
 
 
 class TrlFramework:
@@ -162,13 +255,7 @@ class TrlFramework:
 
     def plan(self, recipe: Recipe) -> LaunchPlan:
         rows, native, problems = translate(recipe, MAPPING, NAME, self.installed_version() or "1.16")
-        if recipe.resources.nodes > 1:
-            problems.append(Unsupported("resources.nodes", recipe.resources.nodes, NAME,
-                                        "1 node per run from this plugin (multi-node TRL launch is not built yet)"))
-        if recipe.resources.gpus_per_node > 1:
-            problems.append(Unsupported("resources.gpus_per_node", recipe.resources.gpus_per_node, NAME,
-                                        "0 or 1 from this plugin: it starts one training process (an accelerate/"
-                                        "torchrun launch for several GPUs is not built yet)"))
+        problems += placement_problems(recipe)
         if problems:
             raise RecipeInvalid(problems, context=f"recipe for {NAME}")
 
@@ -193,22 +280,27 @@ class TrlFramework:
             "data": {"train": recipe.data.train, "eval": recipe.data.eval},
         }
         python = recipe.framework.get("python")
+        command = runner_command(recipe)
+        single = command[1:] == RUNNER
         return LaunchPlan(
             framework=NAME,
             framework_version=self.installed_version(),
             entrypoint=ENTRYPOINT,
             native_config=native,
             mapping=rows,
-            command=["python", "-m", "unirl.plugins.trl.runner", "--plan", in_run_dir(PLAN), "--run-dir", RUN_DIR],
-            in_process=python is None,
+            command=command,
+            in_process=python is None and single,
             notes=[
                 "held-out evaluation is unirl's (greedy, before/after training), not TRL's eval loop",
                 "output_dir is set to <run dir>/trl at launch",
+                *([] if single else [f"{recipe.world_size} training processes through torchrun "
+                                     f"({recipe.resources.nodes} node(s) x {processes_per_node(recipe)}); rank 0 alone "
+                                     "writes the run record and runs the held-out eval"]),
             ],
             recipe=asdict(recipe),
             target_version=self.installed_version(),
             environment=BackendEnvironment(kind="in_process" if python is None else "interpreter",
-                                           python=python or "python", nodes=1,
+                                           python=python or "python", nodes=recipe.resources.nodes,
                                            gpus_per_node=recipe.resources.gpus_per_node),
         )
 
@@ -239,6 +331,10 @@ class TrlFramework:
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 GRPOConfig(output_dir=tmp, **args)
+            except ImportError as exc:  # DeepSpeed for resources.sharding=zero2/zero3
+                raise UnirlError(f"resources.sharding={plan.recipe['resources'].get('sharding')!r}: TRL's GRPOConfig "
+                                 f"needs a package this interpreter lacks ({exc}); for zero2/zero3, pip install "
+                                 "deepspeed where TRL runs") from exc
             except (TypeError, ValueError) as exc:
                 raise UnirlError(f"TRL {plan.framework_version} rejected the generated GRPOConfig: {exc}") from exc
 
@@ -253,7 +349,8 @@ def launch_args(plan: LaunchPlan) -> dict[str, Any]:
     if device == "cuda" and not has_cuda:
         raise UnirlError("resources.device='cuda': this run expects a CUDA GPU and torch sees none "
                          f"(torch {torch.__version__}); use resources.device=cpu or auto")
-    args["use_cpu"] = device == "cpu" or not has_cuda
+    # resources.cpu_processes > 1 is a CPU run (gloo) even where CUDA is present: its processes share no GPUs.
+    args["use_cpu"] = device == "cpu" or not has_cuda or plan.recipe["resources"].get("cpu_processes", 1) > 1
     if dtype == "auto":
         args["bf16"] = not args["use_cpu"] and torch.cuda.is_bf16_supported()
         args["fp16"] = False

@@ -10,20 +10,25 @@ import argparse
 import json
 import logging
 import math
+import os
+import signal
 import sys
 import time
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from unirl.adapters.trl import TrlRewardAdapter, finite_mean, text_of
+from unirl.backend.native import prompt_budget
 from unirl.backend.plan import LaunchPlan
+from unirl.data.builtin.tiny_model import warn_unknown_characters
 from unirl.data.loading import fingerprint, limit, load_rows, render_prompt
-from unirl.errors import UnirlError
+from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.host.manager import Host, get_host
 from unirl.host.planning import spec_from_recipe
 from unirl.launch.resume import require_trainer_checkpoint, take_checkpoint
-from unirl.plugins.trl.framework import BUILTIN_SUPPRESS, CHECKPOINTS, launch_args
+from unirl.plugins.trl.framework import BUILTIN_SUPPRESS, CHECKPOINTS, launch_args, updates_per_step
 from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
 from unirl.record.layout import (
     EVAL,
@@ -63,9 +68,67 @@ METRIC_NAMES = {
 
 
 def status(recipe: Recipe, message: str) -> None:
-    """What the run is doing while nothing else shows (start-up takes seconds): one line on stderr (and cli.log)."""
-    if recipe.logging.progress:
+    """What the run is doing while nothing else shows (start-up takes seconds): one line on stderr (and cli.log);
+    from rank 0 alone when torchrun started several processes."""
+    if recipe.logging.progress and Ranks.current().main:
         log.info("%s", message)
+
+
+class Ranks:
+    """This process's place among the run's training processes (torchrun's RANK and WORLD_SIZE; one when unset).
+
+    With several, every process trains its share (TRL splits each generation batch over the processes and gathers
+    the rewards, trl 1.16 grpo_trainer.py:1681 ``gather(rewards_per_func)``), and rank 0 alone writes the run record
+    (metrics, trajectories gathered from every rank, held-out eval, summary) and runs the held-out evaluation."""
+
+    def __init__(self, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @classmethod
+    def current(cls) -> Ranks:
+        return cls(int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")))
+
+    def start(self, use_cpu: bool) -> None:
+        """The process group, before anything else talks to the other ranks: accelerate's own (gloo on CPU), the one
+        transformers' TrainingArguments joins later (accelerate 1.15 state.py PartialState is a shared singleton)."""
+        if self.world > 1:
+            from accelerate import PartialState  # type: ignore[import-untyped]
+
+            PartialState(cpu=use_cpu)
+
+    def share(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank."""
+        if self.world == 1:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` on rank 0, in rank order (an empty list elsewhere)."""
+        if self.world == 1:
+            return [value]
+        import torch.distributed as dist
+
+        out: list[Any] | None = [None] * self.world if self.main else None
+        dist.gather_object(value, out, dst=0)
+        return out or []
+
+
+class SilentHooks:
+    """The lifecycle hooks of a rank other than 0: it reports nothing (rank 0 writes the run record)."""
+
+    def fire(self, hook: str, **kwargs: object) -> None:
+        return None
+
+    def failures(self) -> dict[str, int]:
+        return {}
 
 
 class FoldedWarning(logging.Filter):
@@ -118,19 +181,69 @@ def load_model(recipe: Recipe) -> tuple[Any, Any, dict[str, Any]]:
     return model, tok, info
 
 
-def prepare_rows(rows: list[dict[str, Any]], data: DataConfig, tok: Any, source: str) -> list[dict[str, Any]]:
-    """Rendered prompt, reference and data source per row; prompts cut to data.max_prompt_tokens (from the left)."""
+def prepare_rows(rows: list[dict[str, Any]], data: DataConfig, tok: Any, source: str,
+                 budget: int | None = None) -> list[dict[str, Any]]:
+    """Rendered prompt, reference and data source per row; prompts cut to ``budget`` tokens from the left (the
+    resolved ``data.max_prompt_tokens``, :func:`unirl.backend.native.prompt_budget`; None: no cut).
+
+    TRL 1.16 has no prompt budget of its own (``max_prompt_length`` is gone from GRPOConfig), so the cut is made here,
+    for text prompts and chat messages alike (:func:`fit_messages`)."""
     out = []
     for row in rows:
         prompt = render_prompt(row, data)
-        if data.max_prompt_tokens and isinstance(prompt, str):
+        if budget and isinstance(prompt, str):
             ids = tok(prompt, add_special_tokens=False)["input_ids"]
-            if len(ids) > data.max_prompt_tokens:
-                prompt = tok.decode(ids[-data.max_prompt_tokens:])
+            if len(ids) > budget:
+                prompt = tok.decode(ids[-budget:])
+        elif budget and isinstance(prompt, list):
+            prompt = fit_messages(prompt, budget, tok)
         reference = row.get(data.answer_key) if data.answer_key is not None else None
         out.append({"prompt": prompt, "reference": None if reference is None else str(reference),
                     "data_source": str(row.get("data_source", split_source(source)[0]))})
     return out
+
+
+def chat_tokens(messages: list[dict[str, Any]], tok: Any) -> int:
+    """Tokens of chat messages as the model sees them: the chat template rendered with the generation prompt, as TRL
+    renders a conversational prompt (trl 1.16 grpo_trainer.py ``_tokenize_prompts``, apply_chat_template with
+    ``add_generation_prompt=True``)."""
+    ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+        ids = ids["input_ids"]
+    return len(ids)
+
+
+def fit_messages(messages: list[dict[str, Any]], budget: int, tok: Any) -> list[dict[str, Any]]:
+    """Chat messages cut from the left to ``budget`` tokens of rendered template, like a text prompt: the oldest
+    messages after the system ones go while the rest alone is still too long, then the start of the first remaining
+    message's text; system messages and the last message's end stay. A template whose fixed part alone exceeds the
+    budget is refused by field (``data.max_prompt_tokens``)."""
+    if chat_tokens(messages, tok) <= budget:
+        return messages
+    fixed = [m for m in messages if m.get("role") == "system"]
+    rest = [dict(m) for m in messages if m.get("role") != "system"]
+    while len(rest) > 1 and chat_tokens([*fixed, *rest[1:]], tok) > budget:  # it would not fit without this one
+        rest.pop(0)
+    if not rest:
+        rest = [{"role": "user", "content": ""}]
+    first = rest[0]
+    text = str(first.get("content") or "")
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    low, high = 0, len(ids)  # the fewest leading tokens to drop so that the whole fits
+    while low < high:
+        mid = (low + high) // 2
+        if chat_tokens([*fixed, {**first, "content": tok.decode(ids[mid:])}, *rest[1:]], tok) <= budget:
+            high = mid
+        else:
+            low = mid + 1
+    kept = [] if low >= len(ids) and len(rest) > 1 else [{**first, "content": tok.decode(ids[low:])}]  # none left
+    fitted = [*fixed, *kept, *rest[1:]]
+    if chat_tokens(fitted, tok) > budget:
+        raise RecipeInvalid([FieldError("data.max_prompt_tokens", budget,
+                                        f"the chat template alone renders {chat_tokens(fitted, tok)} tokens for these "
+                                        "messages (system messages and the template's own tokens are never cut): "
+                                        "raise the budget")])
+    return fitted
 
 
 def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, rewards: RewardExecutor,
@@ -198,9 +311,9 @@ def resume_point(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
     """
     checkpoint = require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
     taken = take_checkpoint(run_dir, checkpoint)
-    # TRL's global_step counts optimizer updates, mini_batches_per_step of them per unirl step; a checkpoint saved
+    # TRL's global_step counts optimizer updates, updates_per_step of them per unirl step; a checkpoint saved
     # part-way through a step (a raw save_steps override) counts only the steps it completed.
-    step = checkpoint.global_step // recipe.algorithm.mini_batches_per_step
+    step = checkpoint.global_step // updates_per_step(recipe)
     dropped = {name: truncate_after(run_dir / name, step) for name in (METRICS, TRAJECTORIES)}
     # The final held-out eval (step == steps) always runs again after train(); the mid-run ones never land on it.
     dropped[EVAL] = truncate_after(run_dir / EVAL, min(step, recipe.algorithm.steps - 1))
@@ -209,59 +322,83 @@ def resume_point(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
 
 
 def check_updates(summary: dict[str, Any], recipe: Recipe, train_rows: int) -> None:
-    """The run's state from what TRL did: ``completed`` only when it made every optimizer update the recipe asks for.
+    """The run's state from what TRL did: ``completed`` only when it generated every rollout batch and made every
+    optimizer update the recipe asks for (``algorithm.steps`` rollout batches, each feeding
+    mini_batches_per_step x epochs_per_batch updates).
 
+    ``summary["rollout_batches"]`` and ``summary["updates"]`` are counted from what ran (the reward adapter's scored
+    generations, TRL's ``state.global_step``); ``steps`` is the steps wholly done, ``steps_expected`` the recipe's.
     TRL ends quietly with no update at all when the training set yields no full batch, and stops early when a raw
     ``max_steps`` override asks for fewer; either is a failed run, with what ran and why in the summary."""
-    mini = recipe.algorithm.mini_batches_per_step
-    expected = recipe.algorithm.steps * mini
+    per_step = updates_per_step(recipe)
+    steps = recipe.algorithm.steps
+    expected = steps * per_step
     updates = int(summary.get("updates") or 0)
-    summary.update(updates_expected=expected, steps_completed=updates // mini)
-    if updates >= expected:
+    batches = int(summary.get("rollout_batches") or 0)
+    done = min(updates // per_step, batches)
+    summary.update(updates_expected=expected, steps_completed=done, steps=done, steps_expected=steps)
+    if updates >= expected and batches >= steps:
         summary["state"] = "completed"
         return
     summary["state"] = "failed"
+    layout = (f"algorithm.steps={steps} x mini_batches_per_step={recipe.algorithm.mini_batches_per_step} x "
+              f"epochs_per_batch={recipe.algorithm.epochs_per_batch}")
     if updates == 0:
         summary["error"] = (
-            f"TRL made 0 optimizer updates of the {expected} the recipe asks for (algorithm.steps="
-            f"{recipe.algorithm.steps} x mini_batches_per_step={mini}): the training set has {train_rows} prompt(s) "
-            f"and one step takes algorithm.prompts_per_step={recipe.algorithm.prompts_per_step}; nothing was trained")
+            f"TRL made 0 optimizer updates of the {expected} the recipe asks for ({layout}): the training set has "
+            f"{train_rows} prompt(s) and one step takes algorithm.prompts_per_step={recipe.algorithm.prompts_per_step}"
+            "; nothing was trained")
         return
     overridden = (recipe.framework.get("overrides") or {}).get("max_steps")
     why = f" (framework.overrides.max_steps={overridden})" if overridden is not None else ""
-    summary["error"] = (f"TRL stopped after {updates} of {expected} optimizer updates (step {updates // mini} of "
-                        f"algorithm.steps={recipe.algorithm.steps}){why}: the run trained less than the recipe asks")
+    summary["error"] = (f"TRL stopped after {updates} of {expected} optimizer updates ({layout}) and {batches} of "
+                        f"{steps} rollout batches{why}: the run trained less than the recipe asks")
 
 
 def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     """Train as the plan says and return the run summary (also written to summary.json)."""
     t_start = time.monotonic()
     recipe = recipe_from_dict(plan.recipe)
-    resumed_from = resume_point(recipe, run_dir) if recipe.run.resume else None
+    ranks = Ranks.current()
+    if ranks.world == 1:
+        resumed_from = resume_point(recipe, run_dir) if recipe.run.resume else None
+    args = launch_args(plan)
+    if ranks.world > 1:  # rank 0 alone cuts the record back to the checkpoint, then tells the others where it is
+        # torchrun passes Ctrl-C / a stop on to its workers as SIGTERM (torch 2.13 elastic subprocess_handler.close,
+        # default death signal): end like Ctrl-C, so that rank 0 still records the run as interrupted.
+        signal.signal(signal.SIGTERM, _interrupted)
+        ranks.start(args["use_cpu"])
+        resumed_from = ranks.share(_resume_or_error(recipe, run_dir) if ranks.main else None)
+        if isinstance(resumed_from, dict) and "error" in resumed_from and "checkpoint" not in resumed_from:
+            raise UnirlError(resumed_from["error"])
     import torch
 
     # TRL 1.16 still calls transformers' deprecated is_gradient_checkpointing: noise for the user, not theirs to fix.
     warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
     host = get_host()
     run_dir.mkdir(parents=True, exist_ok=True)
-    recorder = host.run_recorder(RunInfo(run_dir=run_dir, framework=plan.framework, recipe=plan.recipe))
+    info = RunInfo(run_dir=run_dir, framework=plan.framework, recipe=plan.recipe)
+    recorder = host.run_recorder(info) if ranks.main else RunRecorder(info, SilentHooks())
     if recipe.resources.cpu_threads is not None:
         torch.set_num_threads(recipe.resources.cpu_threads)
     torch.manual_seed(recipe.seed)
 
-    args = launch_args(plan)
-    write_json(run_dir / PLAN, plan.to_dict())
-    write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
+    if ranks.main:
+        write_json(run_dir / PLAN, plan.to_dict())
+        write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
     status(recipe, f"loading rewards: {', '.join(r.name for r in recipe.rewards)}")
     can_exclude = host.frameworks.get(plan.framework).capabilities.can_exclude_rewards
     rewards = RewardExecutor(spec_from_recipe(recipe, host.rewards, can_exclude=can_exclude))
     all_failed = FoldedWarning("trl.trainer.grpo_trainer", "All reward functions returned None")
-    summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": recipe.algorithm.steps,
-                               "seed": recipe.seed, "state": "failed"}
+    summary: dict[str, Any] = {"framework": plan.framework, "run_dir": str(run_dir), "steps": 0,
+                               "steps_expected": recipe.algorithm.steps, "seed": recipe.seed, "state": "failed"}
+    if ranks.world > 1:
+        summary["processes"] = ranks.world
     if resumed_from is not None:
         summary["resumed_from"] = resumed_from
+    peers: list[dict[str, Any]] = []  # the other ranks' reward statistics, gathered once training is done
     try:
-        _train(recipe, args, rewards, recorder, host, t_start, summary, resumed_from)
+        _train(recipe, args, rewards, recorder, host, t_start, summary, resumed_from, ranks, peers)
     except KeyboardInterrupt:
         summary["state"] = "interrupted"
         raise
@@ -271,14 +408,22 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     finally:
         rewards.close()
         all_failed.close()
-        summary["reward_errors"] = rewards.stats.errors
-        summary["reward_calls"] = rewards.stats.calls
-        summary["reward_errors_by_kind"] = dict(rewards.stats.by_kind)
-        if rewards.stats.first_error is not None:
-            summary["first_reward_error"] = rewards.stats.first_error
-        if rewards.stats.worker_restarts or rewards.stats.worker_recycles:
-            summary["reward_worker_restarts"] = rewards.stats.worker_restarts
-            summary["reward_worker_recycles"] = rewards.stats.worker_recycles
+        stats = [asdict(rewards.stats), *peers]
+        by_kind: dict[str, int] = {}
+        for one in stats:
+            for kind, count in one["by_kind"].items():
+                by_kind[kind] = by_kind.get(kind, 0) + count
+        summary["reward_errors"] = sum(one["errors"] for one in stats)
+        summary["reward_calls"] = sum(one["calls"] for one in stats)
+        summary["reward_errors_by_kind"] = by_kind
+        first = next((one["first_error"] for one in stats if one["first_error"] is not None), None)
+        if first is not None:
+            summary["first_reward_error"] = first
+        restarts = sum(one["worker_restarts"] for one in stats)
+        recycles = sum(one["worker_recycles"] for one in stats)
+        if restarts or recycles:
+            summary["reward_worker_restarts"] = restarts
+            summary["reward_worker_recycles"] = recycles
         if all_failed.count:
             summary["batches_with_unscored_samples"] = all_failed.count
             status(recipe, f"{all_failed.count} scoring batches had samples whose every reward failed: they were left "
@@ -288,8 +433,23 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _resume_or_error(recipe: Recipe, run_dir: Path) -> dict[str, Any] | None:
+    """Rank 0's :func:`resume_point`, or its error as data: the other ranks wait for it and must not hang."""
+    if not recipe.run.resume:
+        return None
+    try:
+        return resume_point(recipe, run_dir)
+    except UnirlError as exc:
+        return {"error": str(exc)}
+
+
 def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, recorder: RunRecorder, host: Host,
-           t_start: float, summary: dict[str, Any], resumed_from: dict[str, Any] | None = None) -> None:
+           t_start: float, summary: dict[str, Any], resumed_from: dict[str, Any] | None = None,
+           ranks: Ranks | None = None, peers: list[dict[str, Any]] | None = None) -> None:
     """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails).
 
     ``resumed_from`` (see :func:`resume_point`): TRL restores weights, optimizer, scheduler and RNG from the
@@ -311,35 +471,58 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
     training_done = resumed_from is not None and resumed_from["step"] >= recipe.algorithm.steps
     if training_done and resumed_from is not None:
         model = type(model).from_pretrained(resumed_from["checkpoint"], dtype=model.dtype)
-        model.to("cpu" if args["use_cpu"] else "cuda")
+        model.to("cpu" if args["use_cpu"] else f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
     held_out = f", held out {recipe.data.eval}" if recipe.data.eval else ""
     status(recipe, f"loading data: {recipe.data.train}{held_out}")
     train_raw = limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
                       recipe.data.train_rows, recipe.seed)
-    train_rows = prepare_rows(train_raw, recipe.data, tok, recipe.data.train)
+    budget = prompt_budget(recipe)  # data.max_prompt_tokens, or unirl's default budget when it is null
+    train_rows = prepare_rows(train_raw, recipe.data, tok, recipe.data.train, budget)
+    # The builtin character tokenizer maps what it does not know to <unk>: said once, not trained on silently.
+    warn_unknown_characters(recipe.model.path, f"data.train={recipe.data.train}", [r["prompt"] for r in train_rows])
     eval_rows: list[dict[str, Any]] = []
     if recipe.data.eval:
         eval_raw = limit(load_rows(recipe.data.eval, recipe.data, recipe.seed, "test", "data.eval"),
                          recipe.data.eval_rows, recipe.seed)
-        eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval)
-    sources = reward_sources(host.rewards, rewards.spec.names)
-    keep_reward_files(run_dir, sources)  # a reward file edited later must not make this run unreproducible
-    manifest = build_manifest(
-        framework=info.framework, seed=recipe.seed, reward_sources=sources, model=model_info, project_dir=Path.cwd(),
-        data={"train": recipe.data.train, "train_rows": len(train_rows), "train_sha256": fingerprint(train_rows),
-              "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)})
-    if resumed_from is not None:
-        manifest["resumed_from"] = resumed_from
-    write_json(run_dir / MANIFEST, manifest)
+        eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval, budget)
+        warn_unknown_characters(recipe.model.path, f"data.eval={recipe.data.eval}", [r["prompt"] for r in eval_rows])
+    ranks = ranks or Ranks(0, 1)
+    if ranks.main:
+        sources = reward_sources(host.rewards, rewards.spec.names)
+        keep_reward_files(run_dir, sources)  # a reward file edited later must not make this run unreproducible
+        manifest = build_manifest(
+            framework=info.framework, seed=recipe.seed, reward_sources=sources, model=model_info,
+            project_dir=Path.cwd(),
+            data={"train": recipe.data.train, "train_rows": len(train_rows), "train_sha256": fingerprint(train_rows),
+                  "eval": recipe.data.eval, "eval_rows": len(eval_rows), "eval_sha256": fingerprint(eval_rows)})
+        if resumed_from is not None:
+            manifest["resumed_from"] = resumed_from
+        if ranks.world > 1:
+            manifest["processes"] = ranks.world
+        write_json(run_dir / MANIFEST, manifest)
+    else:
+        eval_rows = []  # the held-out eval is rank 0's alone
 
     suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
-    mini = recipe.algorithm.mini_batches_per_step
+    per_step = updates_per_step(recipe)  # TRL optimizer updates per unirl step (one rollout batch)
     recorder.run_start()
 
     def run_eval(step: int) -> dict[str, Any]:
         result, records = evaluate(model, tok, eval_rows, recipe, rewards, suppress)
         recorder.eval_done(step, result, records)
         return result
+
+    batches = {"n": 0, "completions": 0}  # what was generated and scored in this process's training, counted
+
+    def scored(step: int, records: list[dict[str, Any]]) -> None:
+        """One generation batch scored: every rank's records reach rank 0 (in rank order, the order of TRL's
+        gathered batch, trl 1.16 grpo_trainer.py:2813 ``process_slice``), which records them once."""
+        every = ranks.gather(records)
+        batches["n"] += 1
+        if ranks.main:
+            joined = [r for part in every for r in part]
+            batches["completions"] += len(joined)
+            recorder.rollouts_scored(step, joined)
 
     class UnirlCallback(TrainerCallback):
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kw: Any) -> None:
@@ -353,13 +536,13 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
             metrics["wall_s"] = time.monotonic() - t_start
             if torch.cuda.is_available():
                 metrics["gpu/peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-            recorder.metrics(math.ceil(state.global_step / mini), metrics)
+            recorder.metrics(math.ceil(state.global_step / per_step), metrics)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             every = recipe.eval.every_steps
-            if eval_rows and every and state.global_step % (every * mini) == 0 \
+            if eval_rows and every and state.global_step % (every * per_step) == 0 \
                     and state.global_step < args.max_steps:
-                run_eval(state.global_step // mini)
+                run_eval(state.global_step // per_step)
 
     if resumed_from is not None:
         before = [e for e in read_jsonl(run_dir / EVAL) if e.get("kind") == "summary" and e.get("step") == 0]
@@ -369,9 +552,8 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
         summary["accuracy_before"] = run_eval(0)["accuracy"]
     t_train = time.monotonic()
     if not training_done:
-        adapter = TrlRewardAdapter(
-            rewards, eos_ids=eos_ids(model, tok), mini_batches=mini,
-            on_scored=recorder.rollouts_scored)
+        # mini_batches: the adapter's step is global_step // it + 1, so it takes TRL's updates per unirl step
+        adapter = TrlRewardAdapter(rewards, eos_ids=eos_ids(model, tok), mini_batches=per_step, on_scored=scored)
         trainer = GRPOTrainer(
             model=model, reward_funcs=list[Any](adapter.reward_funcs()),  # TRL's parameter: an invariant list
             args=GRPOConfig(output_dir=str(run_dir / CHECKPOINTS), **args),
@@ -382,12 +564,26 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
         summary["updates"] = trainer.state.global_step  # every update of the run, a resumed run's earlier ones too
     else:
         summary["updates"] = (resumed_from or {}).get("global_step", 0)
+    # rollout batches: those this run generated, plus the steps a resumed run's checkpoint had completed
+    summary["rollout_batches"] = batches["n"] + int((resumed_from or {}).get("step", 0))
+    summary["completions"] = batches["completions"]
     summary["train_time_s"] = time.monotonic() - t_train
+    if peers is not None and ranks.world > 1:  # the other ranks' reward calls, counted once each
+        peers.extend(p for p in ranks.gather(asdict(rewards.stats))[1:])
     if eval_rows:
         final = run_eval(recipe.algorithm.steps)
         summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
                        distinct_completions=final["distinct_completions"])
     check_updates(summary, recipe, len(train_rows))  # completed, or failed with what ran (zero updates included)
+
+
+def _leave_group() -> None:
+    """Destroy the process group several ranks shared (torch warns at exit about one left open)."""
+    if Ranks.current().world > 1:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -401,7 +597,10 @@ def main(argv: list[str] | None = None) -> int:
     except UnirlError as exc:
         log.error("error: %s", exc)
         return 2
-    print(json.dumps(summary, default=str))
+    finally:
+        _leave_group()
+    if Ranks.current().main:
+        print(json.dumps(summary, default=str))
     return 0 if summary.get("state") == "completed" else 1  # e.g. zero optimizer updates: a failed run
 
 

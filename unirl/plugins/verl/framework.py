@@ -17,10 +17,18 @@ from unirl.backend.hydra_overrides import to_overrides
 from unirl.backend.native import (
     CHECKPOINTS,
     CORE_PATH,
+    DEFAULT_PROMPT_TOKENS,
     GPU_ON_RAY,
+    LOGPROB_MICRO_BATCH_NOTE,
+    MICRO_BATCH_NOTE,
     SPEC_PATH,
     NativeFramework,
+    logprob_micro_batch,
+    micro_batch,
+    micro_batch_note,
     model_location,
+    prompt_budget,
+    prompt_budget_note,
     reward_paths,
 )
 from unirl.backend.plan import LaunchPlan
@@ -61,6 +69,21 @@ TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
 
 
+def updates_per_step(r: Recipe) -> int:
+    """Optimizer updates in one training step: every mini-batch, every epoch over the step's rollouts."""
+    return r.algorithm.mini_batches_per_step * r.algorithm.epochs_per_batch
+
+
+def warmup_steps(r: Recipe) -> int:
+    """The recipe's warm-up (optimizer updates) in verl's unit, training steps.
+
+    verl 0.9.1 advances the actor's scheduler only on the last mini-batch of a step (``update_lr_scheduler=batch_idx ==
+    total_num_iterations - 1``, verl/workers/engine_workers.py:287-308, iterations = mini-batches x ppo_epochs), and
+    sizes it by ``trainer.total_training_steps`` (verl/trainer/ppo/ray_trainer.py:435-447,
+    verl/workers/engine/fsdp/transformer_impl.py:503-531)."""
+    return r.algorithm.warmup_steps // updates_per_step(r)
+
+
 MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.name", "algorithm.adv_estimator", lambda r: "grpo", native_default="gae"),
     Mapping("algorithm.steps", "trainer.total_training_steps", lambda r: r.algorithm.steps,
@@ -76,19 +99,24 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.algorithm.prompts_per_step % r.algorithm.mini_batches_per_step == 0,
             supported_text="mini_batches_per_step dividing prompts_per_step (ppo_mini_batch_size counts prompts)",
             native_default=256),
-    Mapping("algorithm.micro_batch_size", f"{A}.ppo_micro_batch_size_per_gpu", lambda r: r.micro_batch(),
-            "completions per GPU per pass; null = one device's share of a mini-batch", native_default=None),
-    Mapping("algorithm.micro_batch_size", f"{R}.log_prob_micro_batch_size_per_gpu", lambda r: r.micro_batch(),
-            "required by verl unless dynamic batch sizes are on", native_default=None),
-    Mapping("algorithm.micro_batch_size", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-            lambda r: r.micro_batch(), native_default=None),
+    Mapping("algorithm.micro_batch_size", f"{A}.ppo_micro_batch_size_per_gpu", micro_batch, MICRO_BATCH_NOTE,
+            note_for=micro_batch_note, native_default=None),
+    Mapping("algorithm.logprob_micro_batch_size", f"{R}.log_prob_micro_batch_size_per_gpu", logprob_micro_batch,
+            f"{LOGPROB_MICRO_BATCH_NOTE}; required by verl unless dynamic batch sizes are on", native_default=None),
+    Mapping("algorithm.logprob_micro_batch_size", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+            logprob_micro_batch, LOGPROB_MICRO_BATCH_NOTE, native_default=None),
     Mapping("algorithm.epochs_per_batch", f"{A}.ppo_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", f"{A}.optim.lr", lambda r: r.algorithm.lr, native_default=1e-6),
     Mapping("algorithm.lr_schedule", f"{A}.optim.lr_scheduler_type", lambda r: r.algorithm.lr_schedule,
             allowed=("constant", "cosine"), supported_text="constant and cosine (verl/workers/config/optimizer.py)",
             native_default="constant"),
-    Mapping("algorithm.warmup_steps", f"{A}.optim.lr_warmup_steps", lambda r: r.algorithm.warmup_steps,
-            "optimizer updates", native_default=-1),
+    Mapping("algorithm.warmup_steps", f"{A}.optim.lr_warmup_steps", warmup_steps,
+            "training steps: optimizer updates / (mini_batches_per_step x epochs_per_batch); verl steps its "
+            "scheduler once per training step", supported=lambda r: r.algorithm.warmup_steps % updates_per_step(r) == 0,
+            supported_text="warmup_steps divisible by mini_batches_per_step x epochs_per_batch: verl 0.9 steps its "
+                           "learning-rate scheduler once per training step, after the step's last mini-batch "
+                           "(verl/workers/engine_workers.py:287-308), so its warm-up is whole training steps",
+            native_default=-1),
     Mapping("algorithm.weight_decay", f"{A}.optim.weight_decay", lambda r: r.algorithm.weight_decay,
             native_default=0.01),
     Mapping("algorithm.max_grad_norm", f"{A}.optim.clip_grad", lambda r: r.algorithm.max_grad_norm,
@@ -114,11 +142,12 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.top_p", f"{R}.top_p", lambda r: r.algorithm.top_p, native_default=1.0),
     Mapping("algorithm.max_new_tokens", "data.max_response_length", lambda r: r.algorithm.max_new_tokens,
             native_default=512),
-    Mapping("data.max_prompt_tokens", "data.max_prompt_length",
-            lambda r: r.data.max_prompt_tokens if r.data.max_prompt_tokens else OMIT,
-            "null: verl's 512, and a longer prompt is an error (data.truncation=error)", native_default=512),
-    Mapping("data.max_prompt_tokens", "data.truncation", lambda r: "left" if r.data.max_prompt_tokens else OMIT,
-            "unirl cuts long prompts from the left", native_default="error"),
+    Mapping("data.max_prompt_tokens", "data.max_prompt_length", prompt_budget,
+            f"the prompt budget; null: unirl's default of {DEFAULT_PROMPT_TOKENS} tokens, sent explicitly",
+            note_for=lambda r: prompt_budget_note(r, "prompt tokens verl keeps"), native_default=512),
+    Mapping("data.max_prompt_tokens", "data.truncation", lambda r: "left",
+            "a longer prompt is cut from the left (verl's default, error, would stop the run)",
+            native_default="error"),
     Mapping("data.chat_template", "(always)", lambda r: True, allowed=(True,),
             supported_text="data.chat_template=true only: verl 0.9's agent loop always renders the prompt's "
                            "messages with the chat template"),
@@ -151,7 +180,9 @@ MAPPING: tuple[Mapping, ...] = (
             native_default=8),
     Mapping("resources.device", "trainer.device", lambda r: "cuda", native_default="cuda"),
     Mapping("eval.every_steps", "trainer.test_freq",
-            lambda r: r.eval.every_steps if r.eval.every_steps and r.data.eval else -1, native_default=-1),
+            lambda r: (r.eval.every_steps or r.algorithm.steps) if r.data.eval else -1,
+            "0: algorithm.steps, so verl validates after the last step (it validates on the last step only when "
+            "test_freq > 0, verl/trainer/ppo/ray_trainer.py:1727-1728); no eval set: -1", native_default=-1),
     Mapping("eval.before_training", "trainer.val_before_train",
             lambda r: bool(r.eval.before_training and r.data.eval), native_default=True),
     Mapping("eval.greedy", f"{R}.val_kwargs.do_sample", lambda r: not r.eval.greedy, native_default=False),
