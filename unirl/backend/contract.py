@@ -91,6 +91,16 @@ def store_true(on: bool) -> Any:
     return True if on else OMIT
 
 
+class NativeView(Protocol):
+    """What an :attr:`Mapping.inverse` reads: the native configuration being imported and the recipe so far."""
+
+    def get(self, key: str) -> Any:
+        """A native key's value as imported, else the backend's default for it (the row's ``native_default``)."""
+
+    def field(self, dotted: str) -> Any:
+        """A recipe field as imported so far, else the recipe's default."""
+
+
 @dataclass(frozen=True)
 class Mapping:
     """One recipe field and how it becomes a native key.
@@ -115,6 +125,11 @@ class Mapping:
     note_for: Callable[[Recipe], str] | None = None
     """The plan row's note for this recipe, when it depends on the recipe (a null resolved to a default, say);
     ``note`` stays the general text ``unirl explain`` shows."""
+    inverse: Callable[[Any, NativeView], dict[str, Any]] | None = None
+    """``unirl import``: the recipe fields (dotted name -> value) a native value of this row's key stands for, where
+    ``convert`` is more than a rename or a lookup table (a unit conversion, a value that depends on other keys); it
+    raises ValueError for a value the recipe cannot express (the key then stays in ``framework.overrides``). Rows
+    without one are inverted generically (:mod:`unirl.backend.importing`)."""
 
     def refusal(self, recipe: Recipe) -> str | None:
         """What the backend supports instead, when it cannot honour the recipe's value; None when it can."""

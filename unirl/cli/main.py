@@ -34,6 +34,7 @@ VERBS: dict[str, str] = {
     "frameworks": "unirl.cli.listing:cmd_frameworks",
     "rewards": "unirl.cli.listing:cmd_rewards",
     "reward": "unirl.cli.reward_test:cmd_reward",
+    "import": "unirl.cli.import_config:cmd_import",
     "help": "",  # print_help
 }
 VERBOSITY = {"-v": logging.DEBUG, "--verbose": logging.DEBUG, "-q": logging.WARNING, "--quiet": logging.WARNING}

@@ -21,6 +21,7 @@ from unirl.host.manager import Host, add_decorated
 from unirl.host.registry import Registry
 from unirl.recipe.compose import CONFIG_MODULE, shipped_recipes
 from unirl.recipe.schema import Recipe, recipe_from_dict, validate
+from unirl.recipe.toy_settings import warn_toy_settings
 from unirl.rewards.contract import RewardFunction
 from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec, entry_for, load_reward_file, probe_reward_file
 
@@ -91,6 +92,7 @@ def check(host: Host, recipe: Recipe) -> None:
     register_reward_files(recipe, host.rewards)
     validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
              more=data_problems(recipe))
+    warn_toy_settings(recipe)  # a valid recipe that is the toy's with a real model: say so, once
 
 
 def register_reward_files(recipe: Recipe, registry: Registry[RewardFunction]) -> None:

@@ -19,9 +19,9 @@ import json
 import math
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from unirl.backend.contract import OMIT, Capabilities, Mapping, store_true
+from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView, store_true
 from unirl.backend.export import export_path
 from unirl.backend.native import (
     CHECKPOINTS,
@@ -38,7 +38,7 @@ from unirl.backend.native import (
     prompt_budget,
     prompt_budget_note,
 )
-from unirl.backend.plan import LaunchPlan, in_run_dir
+from unirl.backend.plan import RUN_DIR, LaunchPlan, in_run_dir
 from unirl.errors import FieldError, UnirlError, Unsupported
 from unirl.recipe.schema import Recipe
 
@@ -109,6 +109,113 @@ def lr_scheduler(r: Recipe) -> str:
     return LR_SCHEDULE[r.algorithm.lr_schedule]
 
 
+# --- `unirl import openrlhf`: the inverses of the rows that are more than a rename (unirl.backend.importing) ---------
+
+
+def _whole(value: Any, per: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not isinstance(per, int) or per <= 0 or value % per:
+        raise ValueError(f"{value!r} is not a whole multiple of {what} ({per!r})")
+    return value // per
+
+
+def _exported(view: NativeView, key: str) -> bool:
+    """The key names unirl's own export (a plan read back), not the user's data."""
+    return str(view.get(key) or "").startswith(RUN_DIR)
+
+
+def mini_batches_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """--train.batch_size counts completions per optimizer update (the row's note)."""
+    completions = int(view.field("algorithm.prompts_per_step")) * int(view.field("algorithm.samples_per_prompt"))
+    return {"algorithm.mini_batches_per_step": _whole(completions, value, "--train.batch_size")}
+
+
+def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """One episode over --data.max_samples prompts is max_samples / rollout.batch_size steps; more episodes or a
+    dataset shorter than max_samples have no recipe form (unirl exports exactly steps x prompts_per_step)."""
+    if view.get("train.num_episodes") != 1:
+        raise ValueError(f"--train.num_episodes {view.get('train.num_episodes')}: unirl makes one pass")
+    return {"algorithm.steps": _whole(value, view.field("algorithm.prompts_per_step"), "--rollout.batch_size")}
+
+
+def schedule_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """:func:`lr_scheduler` backwards."""
+    back = {"constant_with_warmup": "constant", **{v: k for k, v in LR_SCHEDULE.items()}}
+    if value not in back:
+        raise ValueError(f"{value!r}: the recipe has {', '.join(sorted(back))}")
+    return {"algorithm.lr_schedule": back[value]}
+
+
+def warmup_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """:func:`warmup_ratio` backwards: ceil(all optimizer updates x ratio) (deepspeed.py:367-383 @ 0.11.2)."""
+    total = (int(view.field("algorithm.steps")) * int(view.field("algorithm.mini_batches_per_step"))
+             * int(view.field("algorithm.epochs_per_batch")))
+    return {"algorithm.warmup_steps": math.ceil(total * float(value))}
+
+
+def kl_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """KL placement: --algo.kl.init_coef is the recipe's kl_coef only as a loss term (--algo.kl.use_loss); in the
+    reward (OpenRLHF's default) it is not GRPO's form and stays native."""
+    return {"algorithm.kl_coef": float(value) if view.get("algo.kl.use_loss") else 0.0}
+
+
+def clip_from(value: Any, view: NativeView) -> dict[str, Any]:
+    low, high = value
+    return {"algorithm.clip_low": float(low), "algorithm.clip_high": None if high == low else float(high)}
+
+
+def prompt_budget_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """--data.max_len is prompt + completion tokens (the row's note)."""
+    budget = int(value) - int(view.field("algorithm.max_new_tokens"))
+    if budget < 1:
+        raise ValueError(f"--data.max_len {value} leaves no prompt tokens after --rollout.max_new_tokens")
+    return {"data.max_prompt_tokens": budget}
+
+
+def train_from(value: Any, view: NativeView) -> dict[str, Any]:
+    return {} if str(value).startswith(RUN_DIR) else {"data.train": str(value)}
+
+
+def eval_from(value: Any, view: NativeView) -> dict[str, Any]:
+    return {} if str(value).startswith(RUN_DIR) else {"data.eval": str(value)}
+
+
+def prompt_key_from(value: Any, view: NativeView) -> dict[str, Any]:
+    return {} if _exported(view, "data.prompt_dataset") else {"data.prompt_key": value}
+
+
+def answer_key_from(value: Any, view: NativeView) -> dict[str, Any]:
+    return {} if _exported(view, "data.prompt_dataset") else {"data.answer_key": value}
+
+
+def eval_steps_from(value: Any, view: NativeView) -> dict[str, Any]:
+    if not isinstance(value, int) or value <= 0:
+        return {}
+    return {"eval.every_steps": 0 if value == view.field("algorithm.steps") else value}
+
+
+def greedy_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """Temperature 0 is greedy in vLLM (the row's note)."""
+    return {"eval.greedy": float(value) == 0.0}
+
+
+def engines_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """Disaggregated: the engines' GPUs are rollout.gpus (:func:`vllm_engines`)."""
+    if view.get("train.colocate_all"):
+        return {}
+    return {"rollout.gpus": int(value) * int(view.field("rollout.tensor_parallel"))}
+
+
+def gpus_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """:func:`train_gpus_per_node` backwards: the rollout GPUs (disaggregated) are on top of the training GPUs."""
+    nodes = int(view.field("resources.nodes"))
+    rollout = 0 if view.get("train.colocate_all") else int(view.field("rollout.gpus") or 0)
+    return {"resources.gpus_per_node": int(value) + _whole(rollout, nodes, "resources.nodes")}
+
+
+def save_steps_from(value: Any, view: NativeView) -> dict[str, Any]:
+    return {"run.checkpoint_every": max(int(value), 0)}
+
+
 MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.advantage_norm", "algo.advantage.estimator", lambda r: ESTIMATOR[r.algorithm.advantage_norm],
             "group=group_norm (GRPO), none=dr_grpo, batch=reinforce_baseline", native_default="gae"),
@@ -117,35 +224,37 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.prompts_per_step", "rollout.batch_size", lambda r: r.algorithm.prompts_per_step,
             "prompts per step", native_default=1024),
     Mapping("algorithm.mini_batches_per_step", "train.batch_size", lambda r: r.completions_per_update,
-            "completions per optimizer update", native_default=128),
+            "completions per optimizer update", native_default=128, inverse=mini_batches_from),
     Mapping("algorithm.micro_batch_size", "train.micro_batch_size", micro_batch, MICRO_BATCH_NOTE,
             note_for=micro_batch_note, native_default=1),
     Mapping("algorithm.logprob_micro_batch_size", "rollout.micro_batch_size", logprob_micro_batch,
             LOGPROB_MICRO_BATCH_NOTE, native_default=1),
     Mapping("algorithm.steps", "train.num_episodes", lambda r: 1,
             "one pass over the exported file of steps x prompts_per_step prompts", native_default=1),
-    Mapping("algorithm.steps", "data.max_samples", lambda r: r.prompts_per_run, native_default=100000000),
+    Mapping("algorithm.steps", "data.max_samples", lambda r: r.prompts_per_run, native_default=100000000,
+            inverse=steps_from),
     Mapping("algorithm.epochs_per_batch", "train.max_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "actor.adam.lr", lambda r: r.algorithm.lr, native_default=1e-6),
     Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lr_scheduler,
             "constant with a warm-up: constant_with_warmup (transformers' constant has none)",
-            native_default="cosine_with_min_lr"),
+            native_default="cosine_with_min_lr", inverse=schedule_from),
     Mapping("algorithm.lr_schedule", "actor.min_lr_ratio", lambda r: 0.0,
             "unirl's cosine decays to 0; OpenRLHF's stops at 10% by default", native_default=0.1),
     Mapping("algorithm.warmup_steps", "actor.lr_warmup_ratio", warmup_ratio,
             "a fraction of all optimizer updates, which OpenRLHF rounds up to exactly warmup_steps",
-            native_default=0.03),
+            native_default=0.03, inverse=warmup_from),
     Mapping("algorithm.weight_decay", "actor.adam.weight_decay", lambda r: r.algorithm.weight_decay,
             native_default=0.0),
     Mapping("algorithm.max_grad_norm", "actor.max_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
     Mapping("algorithm.kl_coef", "algo.kl.init_coef", lambda r: r.algorithm.kl_coef,
-            "0 = no reference model", native_default=0.01),
+            "0 = no reference model", native_default=0.01, inverse=kl_from),
     Mapping("algorithm.kl_coef", "algo.kl.use_loss", lambda r: store_true(r.algorithm.kl_coef > 0),
             "KL as a loss term (GRPO's form), not in the reward", native_default=False),
     Mapping("algorithm.kl_estimator", "algo.kl.estimator", lambda r: KL_ESTIMATOR[r.algorithm.kl_estimator],
             native_default="k1"),
     Mapping("algorithm.clip_high", "actor.eps_clip_low_high",
-            lambda r: [r.algorithm.clip_low, r.algorithm.clip_high or r.algorithm.clip_low], native_default=None),
+            lambda r: [r.algorithm.clip_low, r.algorithm.clip_high or r.algorithm.clip_low], native_default=None,
+            inverse=clip_from),
     Mapping("algorithm.loss_aggregation", "actor.loss_agg_mode",
             lambda r: LOSS_AGG.get(r.algorithm.loss_aggregation, OMIT), allowed=tuple(LOSS_AGG),
             supported_text="token_mean and seq_mean_token_mean (--actor.loss_agg_mode)", native_default="token-mean"),
@@ -161,15 +270,15 @@ MAPPING: tuple[Mapping, ...] = (
             note_for=lambda r: prompt_budget_note(r, f"{prompt_budget(r)} prompt + {r.algorithm.max_new_tokens} "
                                                      "completion tokens: vLLM's max_model_len and the length every "
                                                      "sequence is cut to (OpenRLHF does not cut the prompt itself)"),
-            native_default=2048),
+            native_default=2048, inverse=prompt_budget_from),
     Mapping("data.train", "data.prompt_dataset", lambda r: export_path("train", EXPORT_FORMAT),
-            "exported by unirl as JSONL {input, label, datasource}", native_default=None),
-    Mapping("data.prompt_key", "data.input_key", lambda r: "input", native_default="input"),
-    Mapping("data.answer_key", "data.label_key", lambda r: "label", native_default=None),
+            "exported by unirl as JSONL {input, label, datasource}", native_default=None, inverse=train_from),
+    Mapping("data.prompt_key", "data.input_key", lambda r: "input", native_default="input", inverse=prompt_key_from),
+    Mapping("data.answer_key", "data.label_key", lambda r: "label", native_default=None, inverse=answer_key_from),
     Mapping("data.chat_template", "data.apply_chat_template", lambda r: store_true(r.data.chat_template),
             native_default=False),
     Mapping("data.eval", "eval.dataset", lambda r: export_path("eval", EXPORT_FORMAT) if r.data.eval else OMIT,
-            native_default=None),
+            native_default=None, inverse=eval_from),
     Mapping("eval.every_steps", "eval.steps",
             lambda r: (r.eval.every_steps or r.algorithm.steps) if r.data.eval else OMIT,
             "training steps; 0: algorithm.steps, the one evaluation after the last step (OpenRLHF evaluates when "
@@ -177,7 +286,8 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: not (r.data.eval and r.eval.every_steps and r.algorithm.steps % r.eval.every_steps),
             supported_text="eval.every_steps dividing algorithm.steps (or 0): OpenRLHF evaluates only at multiples "
                            "of --eval.steps (openrlhf/trainer/ppo_trainer.py:563 @ 0.11.2), so otherwise the run "
-                           "would end without the evaluation after training", native_default=-1),
+                           "would end without the evaluation after training", native_default=-1,
+            inverse=eval_steps_from),
     Mapping("eval.before_training", "(no evaluation before training)", lambda r: False,
             supported=lambda r: not (r.eval.before_training and r.data.eval),
             supported_text="eval.before_training=false (or no data.eval): OpenRLHF 0.11 evaluates only after "
@@ -186,7 +296,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("eval.greedy", "eval.n_samples_per_prompt", lambda r: 1 if r.data.eval else OMIT, native_default=4),
     Mapping("eval.greedy", "eval.temperature",
             lambda r: (0.0 if r.eval.greedy else r.algorithm.temperature) if r.data.eval else OMIT,
-            "temperature 0 = greedy in vLLM", native_default=0.6),
+            "temperature 0 = greedy in vLLM", native_default=0.6, inverse=greedy_from),
     Mapping("seed", "train.seed", lambda r: r.seed, native_default=42),
     Mapping("model.path", "actor.model_name_or_path", model_location, native_default=None),
     Mapping("model.dtype", "ds.param_dtype", lambda r: PARAM_DTYPE[r.model.dtype], allowed=tuple(PARAM_DTYPE),
@@ -198,7 +308,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("rollout.gpu_memory_fraction", "vllm.gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
             native_default=0.95),
     Mapping("rollout.colocated", "vllm.num_engines", vllm_engines,
-            "colocated: every GPU / TP; else rollout.gpus / TP", native_default=None),
+            "colocated: every GPU / TP; else rollout.gpus / TP", native_default=None, inverse=engines_from),
     Mapping("rollout.colocated", "train.colocate_all", lambda r: store_true(r.rollout.colocated), native_default=False),
     Mapping("rollout.colocated", "vllm.enable_sleep", lambda r: store_true(r.rollout.colocated),
             "colocated engines sleep while the actor trains", native_default=False),
@@ -207,12 +317,14 @@ MAPPING: tuple[Mapping, ...] = (
             "the reference model shares the actor's GPUs", native_default=False),
     Mapping("resources.nodes", "actor.num_nodes", lambda r: r.resources.nodes, native_default=1),
     Mapping("resources.gpus_per_node", "actor.num_gpus_per_node", train_gpus_per_node,
-            "training GPUs per node (rollout-only GPUs excluded)", native_default=8),
+            "training GPUs per node (rollout-only GPUs excluded)", native_default=8, inverse=gpus_from),
     Mapping("resources.nodes", "ref.num_nodes", lambda r: r.resources.nodes, native_default=1),
-    Mapping("resources.gpus_per_node", "ref.num_gpus_per_node", train_gpus_per_node, native_default=8),
+    Mapping("resources.gpus_per_node", "ref.num_gpus_per_node", train_gpus_per_node, native_default=8,
+            inverse=gpus_from),
     Mapping("rewards", "reward.remote_url", lambda r: in_run_dir(REWARD_FILE),
             "generated at launch: unirl's reward_func, reading the run's reward spec", native_default=None),
-    Mapping("run.checkpoint_every", "ckpt.save_steps", lambda r: r.run.checkpoint_every or -1, native_default=-1),
+    Mapping("run.checkpoint_every", "ckpt.save_steps", lambda r: r.run.checkpoint_every or -1, native_default=-1,
+            inverse=save_steps_from),
     Mapping("run.name", "ckpt.output_dir", lambda r: CHECKPOINTS, native_default="./ckpt"),
     Mapping("run.name", "ckpt.path", lambda r: f"{CHECKPOINTS}/ppo_ray",
             native_default="./ckpt/checkpoints_ppo_ray"),
@@ -271,6 +383,8 @@ class OpenRlhfFramework(NativeFramework):
     export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"
+    import_base: ClassVar[dict[str, Any]] = {"eval.before_training": False}
+    """``unirl import openrlhf`` starts from these: OpenRLHF 0.11 has no evaluation before training."""
 
     def extra_problems(self, recipe: Recipe) -> list[FieldError]:
         return _resource_problems(recipe)

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
-from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, RunInputs, translate
+from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, NativeView, RunInputs, translate
 from unirl.backend.environment import version_in
 from unirl.backend.native import prompt_budget
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
@@ -86,6 +86,99 @@ def sharding_args(sharding: str | None) -> dict[str, Any]:
     return {}
 
 
+# --- `unirl import trl`: the inverses of the rows that are more than a rename (unirl.backend.importing) --------------
+
+
+def _whole(value: Any, per: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not isinstance(per, int) or per <= 0 or value % per:
+        raise ValueError(f"{value!r} is not a whole multiple of {what} ({per!r})")
+    return value // per
+
+
+def _updates_of(view: NativeView) -> int:
+    return int(view.field("algorithm.mini_batches_per_step")) * int(view.field("algorithm.epochs_per_batch"))
+
+
+def _processes(view: NativeView) -> int:
+    """Training processes (GRPOConfig does not say; the recipe's resources do: one per training GPU, else
+    ``resources.cpu_processes`` per node), as :attr:`Recipe.world_size` counts them."""
+    nodes, gpus = int(view.field("resources.nodes")), int(view.field("resources.gpus_per_node"))
+    if nodes * gpus == 0:
+        return nodes * max(1, int(view.field("resources.cpu_processes")))
+    rollout = 0 if view.field("rollout.colocated") else (view.field("rollout.gpus") or nodes * gpus // 2)
+    return max(1, nodes * gpus - int(rollout))
+
+
+def batch_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """per_device_train_batch_size x processes x steps_per_generation completions are one generation (trl 1.16
+    trl/trainer/grpo_config.py:1098-1100, steps_per_generation defaulting to gradient_accumulation_steps), i.e. one
+    unirl step of prompts_per_step x num_generations; an optimizer update takes gradient_accumulation_steps of them."""
+    accumulation = view.get("gradient_accumulation_steps")
+    generation = view.get("generation_batch_size")  # the other way to say steps_per_generation (lines 1101-1110)
+    spread = view.get("steps_per_generation") or (
+        _whole(generation, value * _processes(view), "the global batch") if generation else accumulation)
+    completions = value * _processes(view) * spread
+    return {"algorithm.prompts_per_step": _whole(completions, view.get("num_generations"), "num_generations"),
+            "algorithm.mini_batches_per_step": _whole(spread, accumulation, "gradient_accumulation_steps"),
+            "algorithm.micro_batch_size": value}
+
+
+def consumed_by_batch(value: Any, view: NativeView) -> dict[str, Any]:
+    """Read by :func:`batch_from` (the three batch keys are one layout)."""
+    return {}
+
+
+def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """max_steps counts optimizer updates (:func:`_updates`); -1 (train by num_train_epochs) has no recipe form."""
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"max_steps={value}: TRL then trains num_train_epochs over the dataset; the recipe counts "
+                         "training steps (set algorithm.steps)")
+    return {"algorithm.steps": _whole(value, _updates_of(view), "optimizer updates per step")}
+
+
+def schedule_from(value: Any, view: NativeView) -> dict[str, Any]:
+    if value == "constant_with_warmup":
+        return {"algorithm.lr_schedule": "constant"}
+    if value not in ("constant", "linear", "cosine"):
+        raise ValueError(f"{value!r}: the recipe has constant, linear and cosine")
+    return {"algorithm.lr_schedule": value}
+
+
+def clip_high_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """epsilon_high null or equal to epsilon is the recipe's null (= clip_low)."""
+    return {"algorithm.clip_high": None if value is None or value == view.get("epsilon") else float(value)}
+
+
+def logging_from(value: Any, view: NativeView) -> dict[str, Any]:
+    return {"logging.every_steps": _whole(value, _updates_of(view), "optimizer updates per step")}
+
+
+def checkpoints_from(value: Any, view: NativeView) -> dict[str, Any]:
+    if value.get("save_strategy", "steps") == "no":
+        return {"run.checkpoint_every": 0}
+    if value.get("save_strategy", "steps") != "steps":
+        raise ValueError(f"save_strategy={value['save_strategy']!r}: the recipe checkpoints every N steps")
+    return {"run.checkpoint_every": _whole(value.get("save_steps", 500), _updates_of(view),
+                                           "optimizer updates per step")}
+
+
+def precision_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """:func:`_precision` backwards: bf16 or fp16 on, else float32 (the recipe's auto is bf16 on CUDA)."""
+    if value.get("bf16") and value.get("fp16"):
+        raise ValueError("bf16 and fp16 both on")
+    return {"model.dtype": "bfloat16" if value.get("bf16") else "float16" if value.get("fp16") else "float32"}
+
+
+def sharding_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """:func:`sharding_args` backwards: FSDP, or a DeepSpeed config's ZeRO stage 2 or 3."""
+    if value.get("fsdp"):
+        return {"resources.sharding": "fsdp"}
+    stage = (value.get("deepspeed") or {}).get("zero_optimization", {}).get("stage")
+    if stage in (2, 3):
+        return {"resources.sharding": f"zero{stage}"}
+    raise ValueError(f"{value!r}: the recipe shards with fsdp, zero2 or zero3")
+
+
 def processes_per_node(r: Recipe) -> int:
     """Training processes on each node: one per training GPU, else ``resources.cpu_processes`` (gloo on CPU)."""
     if r.total_gpus == 0:
@@ -128,17 +221,17 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("seed", "seed", lambda r: r.seed, native_default=42),
     Mapping("algorithm.steps", "max_steps", lambda r: _updates(r, r.algorithm.steps),
             "TRL counts optimizer updates: steps x mini_batches_per_step x epochs_per_batch (one generation each "
-            "step)", native_default=-1),
+            "step)", native_default=-1, inverse=steps_from),
     Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt,
             native_default=8),
     Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],
-            "TRL counts completions per device micro-batch, not prompts", native_default=8),
+            "TRL counts completions per device micro-batch, not prompts", native_default=8, inverse=batch_from),
     Mapping("algorithm.micro_batch_size", "gradient_accumulation_steps", lambda r: batch_layout(r)["accumulation"],
-            "micro-batches per optimizer update on one device", native_default=1),
+            "micro-batches per optimizer update on one device", native_default=1, inverse=consumed_by_batch),
     Mapping("algorithm.mini_batches_per_step", "steps_per_generation",
             lambda r: batch_layout(r)["steps_per_generation"],
             "one generation of prompts_per_step x samples_per_prompt completions feeds this many micro-batches",
-            native_default=None),
+            native_default=None, inverse=consumed_by_batch),
     Mapping("algorithm.epochs_per_batch", "num_iterations", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "learning_rate", lambda r: r.algorithm.lr, "TRL's default 1e-6 is set explicitly",
             native_default=1e-06),
@@ -146,7 +239,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.lr_schedule", "lr_scheduler_type",
             lambda r: "constant_with_warmup" if r.algorithm.lr_schedule == "constant" and r.algorithm.warmup_steps
             else r.algorithm.lr_schedule, "constant with a warm-up is sent as constant_with_warmup",
-            native_default='linear'),
+            native_default='linear', inverse=schedule_from),
     Mapping("algorithm.warmup_steps", "warmup_steps", lambda r: r.algorithm.warmup_steps, native_default=0),
     Mapping("algorithm.weight_decay", "weight_decay", lambda r: r.algorithm.weight_decay, native_default=0.0),
     Mapping("algorithm.max_grad_norm", "max_grad_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
@@ -158,7 +251,7 @@ MAPPING: tuple[Mapping, ...] = (
             supported_text="only k3 (low_var_kl) when kl_coef > 0"),
     Mapping("algorithm.clip_low", "epsilon", lambda r: r.algorithm.clip_low, native_default=0.2),
     Mapping("algorithm.clip_high", "epsilon_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
-            native_default=None),
+            native_default=None, inverse=clip_high_from),
     Mapping("algorithm.loss_aggregation", "loss_type", lambda r: LOSS_TYPE[r.algorithm.loss_aggregation],
             "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo", native_default='dapo'),
     Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm, native_default='group'),
@@ -171,7 +264,8 @@ MAPPING: tuple[Mapping, ...] = (
             lambda r: r.reward_policy.resolved(CAPABILITIES.can_exclude_rewards).on_error,
             "exclude: a failed call's reward is None, which TRL leaves out of the group baseline"),
     Mapping("rewards[].weight", "reward_weights", lambda r: [float(s.weight) for s in r.rewards], native_default=None),
-    Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU"),
+    Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU",
+            inverse=precision_from),
     Mapping("resources.device", "use_cpu", lambda r: r.resources.device == "cpu",
             "auto: CPU unless CUDA is present (decided at launch)", native_default=False),
     Mapping("rollout.engine", "use_vllm", lambda r: r.rollout.engine == "vllm", allowed=CAPABILITIES.rollout_engines,
@@ -182,10 +276,11 @@ MAPPING: tuple[Mapping, ...] = (
             native_default=1),
     Mapping("rollout.gpu_memory_fraction", "vllm_gpu_memory_utilization", lambda r: r.rollout.gpu_memory_fraction,
             native_default=0.3),
-    Mapping("logging.every_steps", "logging_steps", lambda r: _updates(r, r.logging.every_steps), native_default=10),
+    Mapping("logging.every_steps", "logging_steps", lambda r: _updates(r, r.logging.every_steps), native_default=10,
+            inverse=logging_from),
     Mapping("run.checkpoint_every", "save_strategy/save_steps",
             lambda r: {"save_strategy": "steps", "save_steps": _updates(r, r.run.checkpoint_every)}
-            if r.run.checkpoint_every else {"save_strategy": "no"}),
+            if r.run.checkpoint_every else {"save_strategy": "no"}, inverse=checkpoints_from),
     Mapping("resources.gradient_checkpointing", "gradient_checkpointing",
             lambda r: r.resources.gradient_checkpointing, "TRL defaults to True; unirl to the recipe (False)",
             native_default=True),
@@ -198,7 +293,7 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.resources.sharding in (None, "none") or (r.total_gpus > 0 and r.world_size > 1),
             supported_text="sharding over 2 or more training GPUs only: accelerate 1.15 sets up FSDP and DeepSpeed "
                            "only for multi-GPU runs (accelerate/state.py:974-1016), so a CPU or one-GPU run would "
-                           "silently train unsharded"),
+                           "silently train unsharded", inverse=sharding_from),
     Mapping("data.max_prompt_tokens", "(dataset truncation)", prompt_budget,
             "TRL 1.16 has no max_prompt_length; unirl cuts prompts from the left before training, text prompts by "
             "tokens and chat messages by their rendered template (oldest non-system messages first)"),
@@ -244,6 +339,12 @@ class TrlFramework:
     capabilities = CAPABILITIES
     mapping = MAPPING
     options: ClassVar[dict[str, Any]] = asdict(FrameworkOptions(name=NAME))
+    import_dropped: ClassVar[dict[str, str]] = {
+        "output_dir": "a path unirl sets itself (<run dir>/trl)",
+        "report_to": "unirl records metrics itself (report_to=none)",
+        "disable_tqdm": "unirl draws its own progress bar",
+        "generation_batch_size": "read as steps_per_generation (the two cannot both be set)"}
+    """``unirl import trl``: GRPOConfig keys outside the mapping table that unirl sets itself."""
 
     def installed_version(self, python: str | None = None) -> str | None:
         if python:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unirl.backend.contract import OMIT, Capabilities, Mapping
+from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView
 from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
 from unirl.backend.native import (
@@ -84,6 +84,78 @@ def warmup_steps(r: Recipe) -> int:
     return r.algorithm.warmup_steps // updates_per_step(r)
 
 
+# --- `unirl import verl`: the inverses of the rows that are more than a rename (unirl.backend.importing) -------------
+
+
+def whole(value: Any, per: Any, what: str) -> int:
+    if not isinstance(value, int) or not isinstance(per, int) or per <= 0 or value % per:
+        raise ValueError(f"{value!r} is not a whole multiple of {what} ({per!r})")
+    return value // per
+
+
+def mini_batches_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """ppo_mini_batch_size counts prompts, as train_batch_size does (the row's note, and the module docstring):
+    mini-batches = train_batch_size / ppo_mini_batch_size."""
+    prompts = view.field("algorithm.prompts_per_step")
+    return {"algorithm.mini_batches_per_step": whole(prompts, value, "ppo_mini_batch_size")}
+
+
+def warmup_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """Training steps back to optimizer updates (:func:`warmup_steps`); verl's -1 (use lr_warmup_steps_ratio,
+    default 0.0, verl/workers/config/optimizer.py) is no warm-up."""
+    if value == -1 and not view.get(f"{A}.optim.lr_warmup_steps_ratio"):
+        return {"algorithm.warmup_steps": 0}
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r}: a number of training steps")
+    per = view.field("algorithm.mini_batches_per_step") * view.field("algorithm.epochs_per_batch")
+    return {"algorithm.warmup_steps": value * per}
+
+
+def kl_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """KL placement: only KL as a loss term (use_kl_loss=true) is the recipe's kl_coef; KL in the reward
+    (algorithm.use_kl_in_reward) is not GRPO's form and stays native."""
+    return {"algorithm.kl_coef": float(value) if view.get(f"{A}.use_kl_loss") else 0.0}
+
+
+def clip_high_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """clip_ratio_high equal to clip_ratio_low is the recipe's null (= clip_low)."""
+    return {"algorithm.clip_high": None if value == view.get(f"{A}.clip_ratio_low") else float(value)}
+
+
+def data_file(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r}: the recipe takes one data file")
+    return value
+
+
+def train_from(value: Any, view: NativeView) -> dict[str, Any]:
+    return {} if str(value).startswith(TRAIN_FILE.split("/")[0]) else {"data.train": data_file(value)}
+
+
+def eval_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """val_files; the train file again is the recipe's "no eval set" (what unirl sends then)."""
+    if str(value).startswith(TRAIN_FILE.split("/")[0]):
+        return {} if value == EVAL_FILE else {"data.eval": None}
+    return {"data.eval": None if value == view.get("data.train_files") else data_file(value)}
+
+
+def test_freq_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """test_freq=-1 (or 0) runs no validation; test_freq = the run's steps is the recipe's 0 (after the last)."""
+    if not isinstance(value, int):
+        raise ValueError(f"{value!r}: a number of training steps")
+    if value <= 0:
+        return {"data.eval": None}
+    return {"eval.every_steps": 0 if value == view.field("algorithm.steps") else value}
+
+
+def save_freq_from(value: Any, view: NativeView) -> dict[str, Any]:
+    if not isinstance(value, int):
+        raise ValueError(f"{value!r}: a number of training steps")
+    return {"run.checkpoint_every": max(value, 0)}
+
+
 MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.name", "algorithm.adv_estimator", lambda r: "grpo", native_default="gae"),
     Mapping("algorithm.steps", "trainer.total_training_steps", lambda r: r.algorithm.steps,
@@ -98,7 +170,7 @@ MAPPING: tuple[Mapping, ...] = (
             "counts prompts: prompts_per_step / mini_batches_per_step (verl multiplies by rollout.n)",
             supported=lambda r: r.algorithm.prompts_per_step % r.algorithm.mini_batches_per_step == 0,
             supported_text="mini_batches_per_step dividing prompts_per_step (ppo_mini_batch_size counts prompts)",
-            native_default=256),
+            native_default=256, inverse=mini_batches_from),
     Mapping("algorithm.micro_batch_size", f"{A}.ppo_micro_batch_size_per_gpu", micro_batch, MICRO_BATCH_NOTE,
             note_for=micro_batch_note, native_default=None),
     Mapping("algorithm.logprob_micro_batch_size", f"{R}.log_prob_micro_batch_size_per_gpu", logprob_micro_batch,
@@ -116,21 +188,22 @@ MAPPING: tuple[Mapping, ...] = (
             supported_text="warmup_steps divisible by mini_batches_per_step x epochs_per_batch: verl 0.9 steps its "
                            "learning-rate scheduler once per training step, after the step's last mini-batch "
                            "(verl/workers/engine_workers.py:287-308), so its warm-up is whole training steps",
-            native_default=-1),
+            native_default=-1, inverse=warmup_from),
     Mapping("algorithm.weight_decay", f"{A}.optim.weight_decay", lambda r: r.algorithm.weight_decay,
             native_default=0.01),
     Mapping("algorithm.max_grad_norm", f"{A}.optim.clip_grad", lambda r: r.algorithm.max_grad_norm,
             native_default=1.0),
     Mapping("algorithm.kl_coef", f"{A}.use_kl_loss", lambda r: r.algorithm.kl_coef > 0,
             "KL as a loss term against the reference policy (GRPO's form)", native_default=False),
-    Mapping("algorithm.kl_coef", f"{A}.kl_loss_coef", lambda r: r.algorithm.kl_coef, native_default=0.001),
+    Mapping("algorithm.kl_coef", f"{A}.kl_loss_coef", lambda r: r.algorithm.kl_coef, native_default=0.001,
+            inverse=kl_from),
     Mapping("algorithm.kl_coef", "algorithm.use_kl_in_reward", lambda r: False, "GRPO: no KL in the reward",
             native_default=False),
     Mapping("algorithm.kl_estimator", f"{A}.kl_loss_type", lambda r: KL_TYPE[r.algorithm.kl_estimator],
             native_default="low_var_kl"),
     Mapping("algorithm.clip_low", f"{A}.clip_ratio_low", lambda r: r.algorithm.clip_low, native_default=0.2),
     Mapping("algorithm.clip_high", f"{A}.clip_ratio_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
-            native_default=0.2),
+            native_default=0.2, inverse=clip_high_from),
     Mapping("algorithm.loss_aggregation", f"{A}.loss_agg_mode", lambda r: LOSS_AGG[r.algorithm.loss_aggregation],
             native_default="token-mean"),
     Mapping("algorithm.advantage_norm", "algorithm.norm_adv_by_std_in_grpo",
@@ -152,10 +225,11 @@ MAPPING: tuple[Mapping, ...] = (
             supported_text="data.chat_template=true only: verl 0.9's agent loop always renders the prompt's "
                            "messages with the chat template"),
     Mapping("data.train", "data.train_files", lambda r: TRAIN_FILE,
-            "exported by unirl in verl's row format", native_default="~/data/rlhf/gsm8k/train.parquet"),
+            "exported by unirl in verl's row format", native_default="~/data/rlhf/gsm8k/train.parquet",
+            inverse=train_from),
     Mapping("data.eval", "data.val_files", lambda r: EVAL_FILE if r.data.eval else TRAIN_FILE,
             "no eval set: verl still builds a validation loader, so it gets the train file and never runs it",
-            native_default="~/data/rlhf/gsm8k/test.parquet"),
+            native_default="~/data/rlhf/gsm8k/test.parquet", inverse=eval_from),
     Mapping("data.train", "data.shuffle", lambda r: False, "the exported order is already the seeded order",
             native_default=True),
     Mapping("seed", "data.seed", lambda r: r.seed, native_default=None),
@@ -182,11 +256,13 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("eval.every_steps", "trainer.test_freq",
             lambda r: (r.eval.every_steps or r.algorithm.steps) if r.data.eval else -1,
             "0: algorithm.steps, so verl validates after the last step (it validates on the last step only when "
-            "test_freq > 0, verl/trainer/ppo/ray_trainer.py:1727-1728); no eval set: -1", native_default=-1),
+            "test_freq > 0, verl/trainer/ppo/ray_trainer.py:1727-1728); no eval set: -1", native_default=-1,
+            inverse=test_freq_from),
     Mapping("eval.before_training", "trainer.val_before_train",
             lambda r: bool(r.eval.before_training and r.data.eval), native_default=True),
     Mapping("eval.greedy", f"{R}.val_kwargs.do_sample", lambda r: not r.eval.greedy, native_default=False),
-    Mapping("run.checkpoint_every", "trainer.save_freq", lambda r: r.run.checkpoint_every or -1, native_default=-1),
+    Mapping("run.checkpoint_every", "trainer.save_freq", lambda r: r.run.checkpoint_every or -1, native_default=-1,
+            inverse=save_freq_from),
     Mapping("run.resume", "trainer.resume_mode", lambda r: "auto" if r.run.resume else "disable",
             "verl resumes from the latest checkpoint by default", native_default="auto"),
     Mapping("run.name", "trainer.experiment_name", lambda r: r.run.name, native_default="gsm8k"),

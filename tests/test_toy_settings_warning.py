@@ -1,0 +1,56 @@
+"""A hub or local model left with the toy recipe's settings gets one warning naming them (unirl/recipe/toy_settings.py).
+
+The toy values are the embedded default's (unirl/recipe/recipes/grpo_math.yaml: max_new_tokens=2, lr=2e-4,
+numeric_closeness and bare_number), made for builtin:tiny-arith.
+"""
+
+from __future__ import annotations
+
+from tests.support.cli import run_cli
+from unirl.data.builtin.tiny_model import build_tokenizer
+
+REAL = "model.path=Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "toy arithmetic settings" in line]
+
+
+def test_real_model_on_toy_recipe_warns_once_naming_each_field() -> None:
+    out = run_cli("plan", REAL)
+    assert out.returncode == 0, out.stderr
+    [line] = warnings(out.stderr)
+    for text in ("model.path=Qwen/Qwen2.5-0.5B-Instruct", "algorithm.max_new_tokens=2", "algorithm.lr=0.0002",
+                 "numeric_closeness", "bare_number", "recipe=gsm8k_grpo"):
+        assert text in line, line
+
+
+def test_only_the_toy_fields_still_set_are_named() -> None:
+    out = run_cli("plan", REAL, "algorithm.max_new_tokens=512", "algorithm.lr=1e-6")
+    [line] = warnings(out.stderr)
+    named = line.split("settings (", 1)[1].split(")", 1)[0]
+    assert named == "rewards=['numeric_closeness', 'bare_number']"
+
+
+def test_real_settings_and_builtin_model_do_not_warn() -> None:
+    fixed = run_cli("plan", REAL, "algorithm.max_new_tokens=512", "algorithm.lr=1e-6", "rewards=[{name:math_answer}]")
+    toy = run_cli("plan")  # the toy recipe on its own builtin model: exactly what it is for
+    assert fixed.returncode == toy.returncode == 0
+    assert warnings(fixed.stderr) == warnings(toy.stderr) == []
+
+
+def test_warning_reaches_backend_plans_too() -> None:
+    out = run_cli("plan", "+framework=verl", REAL, "data.chat_template=true", "rollout.engine=vllm")
+    assert len(warnings(out.stderr)) == 1, out.stderr
+
+
+def test_builtin_tokenizer_chat_template_renders_and_round_trips() -> None:
+    """Chat-only backends render prompts with the tokenizer's template; the builtin one joins message contents."""
+    tok = build_tokenizer()
+    messages = [{"role": "user", "content": "3+4="}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == "3+4="
+    ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
+    assert tok.decode(ids) == "3+4="
+    assert tok.unk_token_id not in ids
+    assert tok(text)["input_ids"] == [tok.bos_token_id, *ids]  # plain encoding adds <bos>; the template does not

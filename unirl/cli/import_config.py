@@ -1,0 +1,114 @@
+"""``unirl import verl|openrlhf|trl NATIVE... [-o FILE]``: a recipe file from a backend's native configuration.
+
+    unirl import verl run_qwen2-7b_math.sh -o math.yaml     a script's `python -m verl.trainer.main_ppo k=v ...` line
+    unirl import verl data.train_batch_size=64 ...           the overrides themselves
+    unirl import openrlhf train_grpo.sh | --flag value ...   a script's `train_ppo_ray` line, or the flags
+    unirl import trl grpo_config.json                        GRPOConfig keyword arguments as a JSON object
+
+The recipe (YAML) goes to FILE or stdout; the report of what mapped to a recipe field, what stayed native
+(``framework.overrides``) and what was dropped (paths, unirl's reward wiring) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from unirl.cli.args import EXIT_OK, EXIT_USAGE, err
+
+BACKENDS = ("verl", "openrlhf", "trl")
+USAGE = "usage: unirl import {verl,openrlhf,trl} NATIVE... [-o FILE] [--set FIELD=VALUE ...]"
+
+
+def read_native(backend: str, args: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]], dict[str, str]]:
+    """(native key -> value, tokens that were not imported with why, keys dropped by name with why)."""
+    from unirl.backend.importing import hydra_values, openrlhf_flags, split_overrides, verl_command
+
+    if backend == "verl":
+        if len(args) == 1 and Path(args[0]).is_file():
+            overrides, other = verl_command(Path(args[0]).read_text())
+        else:
+            overrides, other = split_overrides(args)
+        return hydra_values(overrides), other, {}
+    if backend == "openrlhf":
+        if len(args) == 1 and Path(args[0]).is_file():
+            args = [Path(args[0]).read_text()]
+        flags, other = openrlhf_flags(args)
+        return flags, other, {}
+    if len(args) != 1:
+        raise ValueError("trl takes one JSON file of GRPOConfig keyword arguments")
+    # JSON, with "#" comment lines allowed (a fixture's header, say)
+    text = "\n".join(line for line in Path(args[0]).read_text().splitlines() if not line.lstrip().startswith("#"))
+    kwargs = json.loads(text)
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{args[0]}: a JSON object of GRPOConfig keyword arguments")
+    return kwargs, [], {}
+
+
+def recipe_yaml(backend: str, document: dict[str, Any], source: str) -> str:
+    import yaml
+
+    head = (f"# Imported by `unirl import {backend}` from {source}.\n"
+            f"# Run it: unirl framework={backend} recipe=./<this file>   (`unirl plan` shows what {backend} gets);\n"
+            f"# native keys that no recipe field expresses are framework.overrides.\n")
+    return head + yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
+
+
+def cmd_import(args: list[str]) -> int:
+    import yaml
+
+    from unirl.backend.importing import import_native
+
+    args = list(args)
+    output = None
+    given: dict[str, Any] = {}
+    while "--set" in args:  # recipe fields the native configuration does not hold: --set resources.gpus_per_node=8
+        at = args.index("--set")
+        name, eq, value = (args[at + 1] if at + 1 < len(args) else "").partition("=")
+        if not eq:
+            err("--set needs FIELD=VALUE (a recipe field the native configuration does not hold)")
+            return EXIT_USAGE
+        given[name] = yaml.safe_load(value)
+        del args[at:at + 2]
+    for flag in ("-o", "--output"):
+        if flag in args:
+            at = args.index(flag)
+            if at + 1 >= len(args):
+                err(f"{flag} needs a file name")
+                return EXIT_USAGE
+            output = args[at + 1]
+            del args[at:at + 2]
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        print(__doc__.split("\n\n")[1])
+        return EXIT_OK if args else EXIT_USAGE
+    backend, native_args = args[0], args[1:]
+    if backend not in BACKENDS:
+        err(f"cannot import {backend!r}: one of {', '.join(BACKENDS)}")
+        return EXIT_USAGE
+    if not native_args:
+        err(USAGE)
+        return EXIT_USAGE
+    try:
+        native, other, dropped = read_native(backend, native_args)
+    except (ValueError, OSError) as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    from unirl.host.manager import get_host
+
+    host = get_host()
+    imported = import_native(host.frameworks.get(backend), native, host.rewards.names(), dropped, given)
+    source = native_args[0] if len(native_args) == 1 else "the command line"
+    text = recipe_yaml(backend, imported.document(), source)
+    if output:
+        Path(output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    report = imported.report.text()
+    if other:
+        report += f"\nnot imported from the command line ({len(other)}):\n" + "\n".join(
+            f"  {token}: {why}" for token, why in other)
+    print(report, file=sys.stderr)
+    return EXIT_OK
