@@ -29,6 +29,7 @@ from tests.support.datasets_layout import (
     verl_gsm8k_rows,
     write_parquet,
 )
+from tests.support.helpers import require_module
 from unirl.backend.export import canonical_rows, write_export
 from unirl.backend.plan import DataExport
 from unirl.data.builtin import tiny_model
@@ -199,7 +200,7 @@ def test_a_reference_with_no_answer_is_a_counted_error() -> None:
 
 
 def test_builtin_tokenizer_really_maps_word_problems_to_unk() -> None:
-    pytest.importorskip("transformers")
+    require_module("transformers", "pip install -e '.[trl]'")  # the one helper: skip here, fail in CI
     tok = tiny_model.build_tokenizer()
     ids = tok("Natalia sold 48", add_special_tokens=False)["input_ids"]
     assert ids.count(tok.unk_token_id) == len("Natalia sold") - 1  # every letter; the space is known
