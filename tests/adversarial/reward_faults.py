@@ -305,6 +305,38 @@ def import_os_exits(tmp: Path) -> None:
     runtime_fails([reward_file(tmp, "import os\nos._exit(5)")], "exit code 5", policy())
 
 
+def import_kills_itself(tmp: Path) -> None:
+    """A signal on every try is the module's own doing: after a few replacements the run is refused, naming it."""
+    runtime_fails([reward_file(tmp, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")], "signal 9", policy())
+
+
+def killed_from_outside_while_loading(tmp: Path) -> None:
+    """One SIGKILL from outside (the OOM killer, say) while a worker imports the rewards: it is replaced, no failure."""
+    entry = reward_file(tmp, "import time\ntime.sleep(1.5)")
+    me = psutil.Process()
+    killed: list[int] = []
+
+    def sniper() -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not killed and time.monotonic() < deadline:
+            for child in me.children():
+                with contextlib.suppress(psutil.Error):
+                    if "unirl.rewards.worker" in " ".join(child.cmdline()):
+                        child.send_signal(signal.SIGKILL)
+                        killed.append(child.pid)
+                        break
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=sniper, daemon=True)
+    thread.start()
+    scored, executor = score([entry], ["a", "b"], policy(timeout_s=10))
+    executor.close()
+    thread.join(5)
+    assert killed, "the sniper never saw a worker"
+    assert [s.total for s in scored] == [1.0, 1.0], scored
+    assert executor.stats.worker_restarts >= 1, executor.stats
+
+
 def dies_soon_after_loading(tmp: Path) -> None:
     """Every worker dies 0.3 s after it starts, whatever it is doing: each call it was running is blamed once."""
     body = "import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.3), os._exit(6))).start()"
@@ -430,6 +462,8 @@ CASES = [
     Case("the reward module raises at import", import_raises),
     Case("the reward module calls sys.exit at import", import_exits),
     Case("the reward module calls os._exit at import", import_os_exits),
+    Case("the reward module SIGKILLs itself at import", import_kills_itself),
+    Case("a worker SIGKILLed from outside while it imports the rewards", killed_from_outside_while_loading),
     Case("every worker dies 0.3 s after it starts", dies_soon_after_loading),
     Case("the reward leaks 50 MB a call", leaks_memory),
     Case("the reward allocates far over the memory cap in one call", balloons_in_one_call),

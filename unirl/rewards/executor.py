@@ -54,6 +54,7 @@ ASYNC_GRACE_S = 2.0  # an async gather that ignores cancellation is killed this 
 PIPELINE_DEPTH = 2  # tasks in flight per worker
 CHUNK_TARGET_S = 0.02  # worker time per task once the cost of a sample is known
 POLL_S = 0.5  # the dispatcher looks at deadlines and memory at least this often
+MAX_LOAD_KILLS_IN_A_ROW = 3  # a worker killed by a signal while importing the rewards is replaced this often in a row
 STALL_SLACK_S = 10.0  # on top of the longest call and a worker start-up: no progress for longer is a defect
 MAX_MESSAGE_BYTES = 256 * 2**20  # one result message; more is a corrupt frame (info is capped at 64 KiB a sample)
 HARD_MEMORY_FACTOR = 2.0  # a worker above this many times reward_policy.worker_memory_mb is killed mid-call
@@ -329,6 +330,7 @@ class _Pool:
         self.fatal: str | None = None
         self.deaths_in_a_row = 0  # worker deaths since the last recorded outcome
         self.max_deaths_in_a_row = 4 + 2 * workers
+        self.load_kills_in_a_row = 0  # workers killed by a signal while loading, since one last finished loading
         self.cost_per_item: float | None = None  # seconds of worker time per sample (all rewards), smoothed
         self.last_memory_check = 0.0
         self.reported_crash = False
@@ -477,6 +479,7 @@ class _Pool:
                 tag = message[0]
                 if tag == "ready":
                     w.ready = True
+                    self.load_kills_in_a_row = 0
                 elif tag == "load_error":
                     w.load_error = message[1]
                 elif tag == "recycle":
@@ -600,7 +603,16 @@ class _Pool:
                 self.queue.extendleft(reversed(held))
             self._restart(w, recycled=True)
             return
-        if not w.ready:  # died while importing the rewards: restarting would loop forever
+        if not w.ready:
+            code = w.process.poll()
+            # A signal from outside (the OOM killer, an operator) can land while a worker imports the rewards; it
+            # holds no work yet, so it is replaced. A reported import error, an exit, or a signal on every try in a
+            # row is the rewards' own doing: restarting would loop forever.
+            if w.load_error is None and code is not None and code < 0 \
+                    and self.load_kills_in_a_row < MAX_LOAD_KILLS_IN_A_ROW:
+                self.load_kills_in_a_row += 1
+                self._restart(w, recycled=False)
+                return
             cause = w.load_error or self._crash_message(w)
             self._fail(f"reward workers could not load the rewards:\n{cause}")
             return
