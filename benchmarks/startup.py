@@ -1,4 +1,5 @@
-"""Start-up: `unirl plan` and `unirl --help` against a bare Hydra app composing a config of the same size.
+"""Start-up: `unirl plan +framework=X recipe=grpo_math` for each of the six backends, and `unirl --help`, against a
+bare Hydra app composing a config of the same size (the default recipe as TRL plans it).
 
 Commands run alternately, REPS times each; medians are compared. Usage: python benchmarks/startup.py [REPS]
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from _common import save, summary, timed
 
 HERE = Path(__file__).parent
+FRAMEWORKS = ("trl", "verl", "openrlhf", "nemo_rl", "slime", "vime")
 
 
 def main() -> None:
@@ -30,7 +32,8 @@ def main() -> None:
         (work / "config.yaml").write_text(yaml.safe_dump(recipe) + quiet)
         shutil.copy(HERE / "bare_hydra" / "app.py", work / "app.py")
         commands = {
-            "unirl plan": [unirl, "plan", "--json"],
+            **{f"unirl plan +framework={name}": [unirl, "plan", "--json", f"+framework={name}", "recipe=grpo_math"]
+               for name in FRAMEWORKS},
             "unirl --help": [unirl, "--help"],
             "bare hydra app": [sys.executable, str(work / "app.py"), "hydra/job_logging=disabled"],
         }
@@ -40,7 +43,7 @@ def main() -> None:
                 times[name].append(timed(cmd, cwd=work)[0])
     result = {name: summary(values) for name, values in times.items()}
     base = result["bare hydra app"]["median"]
-    for name in ("unirl plan", "unirl --help"):
+    for name in [n for n in commands if n != "bare hydra app"]:
         result[name]["ratio_to_bare_hydra"] = result[name]["median"] / base
         print(f"{name}: median {result[name]['median']:.3f} s, {result[name]['ratio_to_bare_hydra']:.2f}x bare Hydra "
               f"({base:.3f} s); targets < 0.6 s and <= 1.5x")

@@ -182,10 +182,15 @@ def test_the_other_engine_is_refused_with_what_each_supports() -> None:
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
-def test_model_args_are_required_and_point_at_the_model_scripts(backend: str) -> None:
+def test_model_args_are_derived_else_required_and_point_at_the_model_scripts(backend: str, tmp_path: Path) -> None:
     recipe = replace(shipped(backend), framework={"name": backend})
+    assert plan_of(backend, recipe).native_config["model_args"][:3] == ["--swiglu", "--num-layers", "2"]  # builtin
+    moe = tmp_path / "moe"
+    moe.mkdir()
+    (moe / "config.json").write_text(json.dumps({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                                                 "num_experts": 128}))
     with pytest.raises(RecipeInvalid, match=r"framework\.model_args=None: .*scripts/models/"):
-        plan_of(backend, recipe)
+        plan_of(backend, replace(recipe, model=replace(recipe.model, path=str(moe))))
 
 
 def test_model_args_script_is_sourced_at_launch() -> None:

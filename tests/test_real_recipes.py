@@ -23,16 +23,16 @@ from tests.support.helpers import REPO, backend_python
 RECIPES = {"gsm8k_grpo": (512, 40), "math_grpo": (1024, 16)}
 # What each backend refuses in these recipes, and the override that plans instead (section 3 of the issue).
 REFUSED: dict[str, dict[str, str]] = {
-    "trl": {}, "verl": {},
-    # OpenRLHF 0.11 has no evaluation before the first step (openrlhf/trainer/ppo_trainer.py:503-580 @ 0.11.2)
-    "openrlhf": {"eval.before_training": "false"},
-    # NeMo RL 0.7 masks over-long prompts instead of cutting them (processors.py:427-433) and validates by sampling
-    # (grpo.py:3186-3210); see /work/shared/research/nemo-rl-and-slime.md
-    "nemo_rl": {"data.max_prompt_tokens": "null", "eval.greedy": "false"},
-    # slime drops over-long prompts (slime/utils/data.py:87-137), has no log-prob micro batch of its own, runs
-    # SGLang, and needs a local model directory plus Megatron architecture flags
+    # what the backends differ on (evaluation before training, greedy validation, the engine) is left at auto in
+    # these recipes: each backend resolves it (unirl/backend/auto.py), so only explicit values are refused here
+    "trl": {}, "verl": {}, "openrlhf": {},
+    # NeMo RL 0.7 masks over-long prompts instead of cutting them (processors.py:427-433); see
+    # /work/shared/research/nemo-rl-and-slime.md
+    "nemo_rl": {"data.max_prompt_tokens": "null"},
+    # slime drops over-long prompts (slime/utils/data.py:87-137), has no log-prob micro batch of its own, and needs
+    # a local model directory plus Megatron architecture flags
     "slime": {"data.max_prompt_tokens": "null", "algorithm.logprob_micro_batch_size": "null",
-              "rollout.engine": "sglang", "model.path": "<local>", "+framework.model_args": "[--swiglu]"},
+              "model.path": "<local>", "+framework.model_args": "[--swiglu]"},
     "vime": {"data.max_prompt_tokens": "null", "algorithm.logprob_micro_batch_size": "null",
              "model.path": "<local>", "+framework.model_args": "[--swiglu]"},
 }

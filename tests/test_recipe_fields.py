@@ -71,9 +71,11 @@ def test_every_problem_of_every_field_is_reported_together() -> None:
 
 def test_rollout_engines_are_the_ones_plugins_registered() -> None:
     mine = Recipe(rollout=RolloutConfig(engine="my_engine"))
-    assert problems(mine) == ["rollout.engine='my_engine': one of ['hf', 'vllm', 'sglang']"]
+    assert problems(mine) == ["rollout.engine='my_engine': one of ['hf', 'vllm', 'sglang', 'auto']"]
     assert problems(mine, known_engines=["hf", "my_engine"]) == []
-    assert problems(Recipe(), known_engines=["my_engine"]) == ["rollout.engine='hf': one of ['my_engine']"]
+    hf = Recipe(rollout=RolloutConfig(engine="hf"))
+    assert problems(hf, known_engines=["my_engine"]) == ["rollout.engine='hf': one of ['my_engine', 'auto']"]
+    assert problems(Recipe(), known_engines=["my_engine"]) == []  # auto: each backend picks its own engine
 
 
 def test_explain_says_what_a_field_means_and_what_each_backend_receives() -> None:
@@ -113,5 +115,7 @@ def test_plan_help_lists_every_field_with_its_default_and_allowed_values() -> No
     out = run_cli("plan", "--help")
     assert out.returncode == 0
     assert "algorithm.lr = 1e-06  [> 0; above 1 is refused as a likely typo; finite]  Learning rate" in out.stdout
-    assert "rollout.engine = 'hf'  [one of the registered rollout engines" in out.stdout
+    assert "rollout.engine = 'auto'  [one of the registered rollout engines" in out.stdout
+    assert "resources.gpus_per_node = 'auto'  [>= 0; above 1024 is refused as a likely typo; or auto: the GPUs" \
+        in out.stdout
     assert all(f"  {f.name} = " in out.stdout for f in schema_fields(Recipe))

@@ -175,8 +175,8 @@ def test_cpu_processes_are_for_cpu_runs_and_must_split_the_batch() -> None:
     with pytest.raises(RecipeInvalid, match=r"resources\.cpu_processes=2: only for CPU runs"):
         validate(Recipe(resources=ResourcesConfig(gpus_per_node=1, cpu_processes=2)), ["math_answer"])
     with pytest.raises(RecipeInvalid, match=r"64 completions per update do not split evenly over 3 devices"):
-        validate(Recipe(resources=ResourcesConfig(cpu_processes=3)), ["math_answer"])
-    validate(Recipe(resources=ResourcesConfig(cpu_processes=4)), ["math_answer"])
+        validate(Recipe(resources=ResourcesConfig(gpus_per_node=0, cpu_processes=3)), ["math_answer"])
+    validate(Recipe(resources=ResourcesConfig(gpus_per_node=0, cpu_processes=4)), ["math_answer"])
 
 
 def test_the_prompt_budget_is_resolved_for_trl_too() -> None:

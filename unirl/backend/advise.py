@@ -72,14 +72,20 @@ def parse_situation(args: list[str]) -> tuple[Situation, bool]:
     return Situation(ns.gpus, ns.nodes, model_size, ns.gpu_memory, ns.need_async, ns.engine), ns.json
 
 
-def situation_recipe(situation: Situation, engines: tuple[str, ...]) -> Recipe:
-    engine = situation.engine or next((e for e in ("vllm", "sglang", "hf") if e in engines), "hf")
+SITUATION_MODEL = "builtin:qwen2.5-0.5b-shape"
+"""The model a situation's recipe names: a real model's shape (its sequence length, its Megatron flags derivable from
+its config) that needs no hub; the toy model's 128 positions would rule out backends that size sequences by it."""
+
+
+def situation_recipe(situation: Situation) -> Recipe:
+    """The situation as a recipe: its GPUs set, the rest of what backends differ on left at auto (each resolves it
+    as a run would), the engine only when the situation names one."""
     recipe = Recipe()
     recipe = replace(recipe, resources=replace(ResourcesConfig(), nodes=situation.nodes,
                                                gpus_per_node=situation.gpus_per_node,
                                                device="cuda" if situation.gpus_per_node else "cpu"),
-                     rollout=replace(RolloutConfig(), engine=engine),
-                     data=replace(recipe.data, chat_template=True))
+                     rollout=replace(RolloutConfig(), engine=situation.engine or RolloutConfig().engine),
+                     model=replace(recipe.model, path=SITUATION_MODEL))
     # Batch sizes that split over any GPU count the situation names: one prompt per training GPU per step.
     gpus = max(1, situation.total_gpus)
     return replace(recipe, algorithm=replace(recipe.algorithm, prompts_per_step=gpus, samples_per_prompt=8))
@@ -89,7 +95,7 @@ def judge(host: Any, name: str, situation: Situation) -> Verdict:
     framework = host.frameworks.get(name)
     caps = framework.capabilities
     verdict = Verdict(name, installed=framework.installed_version())
-    recipe = situation_recipe(situation, caps.rollout_engines)
+    recipe = situation_recipe(situation)
     recipe = replace(recipe, framework={**framework.options, "name": name})
     try:
         framework.plan(recipe)

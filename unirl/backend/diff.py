@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from unirl.backend.auto import resolve
 from unirl.backend.contract import translate
 from unirl.backend.plan import MappedField
 from unirl.errors import RecipeInvalid, UnirlError
@@ -37,7 +38,7 @@ def translate_side(host: Any, recipe: Recipe, name: str) -> Side:
         return Side(name, plan.target_version or plan.framework_version, rows, command=plan.command)
     except RecipeInvalid as exc:
         version = framework.capabilities.tested_version or "0"
-        rows, _, _ = translate(recipe_for, framework.mapping, name, version)
+        rows, _, _ = translate(resolve(recipe_for, framework).recipe, framework.mapping, name, version)
         return Side(name, version, rows, refused=[str(p) for p in exc.problems])
 
 

@@ -157,14 +157,16 @@ def count_gpus() -> tuple[int, str]:
     return found, "nvidia-smi -L"
 
 
-def check_gpus(framework: str, env_spec: BackendEnvironment) -> None:
-    """Fail before launching when this node has fewer GPUs than the plan expects."""
+def check_gpus(framework: str, env_spec: BackendEnvironment, assumed: bool = False) -> None:
+    """Fail before launching when this node has fewer GPUs than the plan expects (``assumed``: the count is what
+    ``resources.gpus_per_node=auto`` assumed, there being none found)."""
     if env_spec.gpus_per_node <= 0:
         return
     found, how = count_gpus()
     if found < env_spec.gpus_per_node:
+        setting = "auto, assumed " if assumed else ""
         raise UnirlError(
-            f"{framework} expects {env_spec.gpus_per_node} GPU(s) on this node (resources.gpus_per_node="
+            f"{framework} expects {env_spec.gpus_per_node} GPU(s) on this node (resources.gpus_per_node={setting}"
             f"{env_spec.gpus_per_node}) and found {found} ({how}); nothing was started")
 
 

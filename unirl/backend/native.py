@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from unirl.backend.auto import resolve
 from unirl.backend.contract import OMIT, Capabilities, FrameworkOptions, Mapping, RunInputs, translate
 from unirl.backend.environment import (
     CORE_DIR,
@@ -191,7 +192,8 @@ class NativeFramework:
     def plan(self, recipe: Recipe) -> LaunchPlan:
         """Translate by the mapping table, refuse everything the backend cannot run (every problem at once), add the
         keys every launch needs, apply ``framework.overrides`` last, then let the steps below assemble the launch."""
-        recipe = self.with_defaults(recipe)
+        resolution = resolve(recipe, self)
+        recipe = self.with_defaults(resolution.recipe)
         t = self.translation(recipe)
         self.refuse(t.problems + self.extra_problems(recipe))
         raw = self.overrides(recipe)
@@ -208,7 +210,8 @@ class NativeFramework:
             files={SPEC_FILE: "<the run's reward specification (rewards, weights, kwargs, policy), written at launch>",
                    **self.extra_files(recipe), **(BUILTIN_MODEL_FILES if builtin else {})},
             in_process=False, notes=[*t.notes, *self.notes(recipe), *([BUILTIN_MODEL_NOTE] if builtin else [])],
-            recipe=asdict(recipe), data=self.data_exports(recipe), environment=self.environment(recipe))
+            recipe=asdict(recipe), data=self.data_exports(recipe), environment=self.environment(recipe),
+            auto=list(resolution.values))
 
     # --- plan: the steps a plugin overrides ------------------------------------------------------------------
 
@@ -278,7 +281,7 @@ class NativeFramework:
         """What the backend's declared capabilities rule out, named by field."""
         problems: list[FieldError] = []
         caps = self.capabilities
-        if caps.needs_gpu and recipe.resources.gpus_per_node < 1:
+        if caps.needs_gpu and recipe.gpus_per_node < 1:
             problems.append(Unsupported("resources.gpus_per_node", recipe.resources.gpus_per_node, self.name,
                                         ">= 1: it trains on GPUs only (set the GPUs per node the run may use)"))
         if caps.needs_gpu and recipe.resources.device == "cpu":
@@ -325,7 +328,7 @@ class NativeFramework:
         return BackendEnvironment(
             kind=kind, python=python or ("python3" if image else "python"), image=image,
             container_runtime=options.get("container_runtime", "docker") if image else None,
-            nodes=recipe.resources.nodes, gpus_per_node=recipe.resources.gpus_per_node,
+            nodes=recipe.resources.nodes, gpus_per_node=recipe.gpus_per_node,
             light_core=list(CORE_PACKAGES), reward_paths=reward_paths(recipe), mounts=local_inputs(recipe))
 
     def refuse(self, problems: list[FieldError]) -> None:

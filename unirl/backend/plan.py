@@ -32,6 +32,20 @@ class MappedField:
     """What the backend would use if unirl did not set the key (None where it has no default or unirl knows none)."""
 
 
+@dataclass(frozen=True)
+class AutoValue:
+    """One recipe field left at ``auto``, as the plan's backend resolved it (:mod:`unirl.backend.auto`)."""
+
+    field: str
+    value: Any
+    why: str
+
+    def text(self) -> str:
+        """``resources.gpus_per_node: auto -> 1 (why)``, as ``unirl plan`` prints it."""
+        shown = str(self.value).lower() if isinstance(self.value, bool) else str(self.value)
+        return f"{self.field}: auto -> {shown} ({self.why})"
+
+
 @dataclass
 class DataExport:
     """One data file the launch writes from the recipe's data, in the backend's own format."""
@@ -86,6 +100,8 @@ class LaunchPlan:
     environment: BackendEnvironment = field(default_factory=BackendEnvironment)
     target_version: str | None = None
     """The backend version the translation was made for (the installed one, else the plugin's tested one)."""
+    auto: list[AutoValue] = field(default_factory=list)
+    """The recipe's ``auto`` fields and what this backend resolved each to (``recipe`` holds the resolved values)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +115,7 @@ class LaunchPlan:
         data["mapping"] = [MappedField(**m) for m in data.get("mapping", [])]
         data["data"] = [DataExport(**d) for d in data.get("data", [])]
         data["environment"] = BackendEnvironment(**data.get("environment", {}))
+        data["auto"] = [AutoValue(**a) for a in data.get("auto", [])]
         return cls(**data)
 
     def resolve(self, run_dir: str) -> LaunchPlan:

@@ -42,7 +42,10 @@ def explain(host: Any, dotted: str) -> dict[str, Any]:
     fields = list(schema_fields(Recipe))
     exact = [f for f in fields if f.name == wanted]
     if exact:
-        return {"field": describe(exact[0], host), "backends": backend_rows(host, wanted)}
+        result = {"field": describe(exact[0], host), "backends": backend_rows(host, wanted)}
+        if exact[0].doc is not None and exact[0].doc.auto:
+            result["auto"] = auto_on_each(host, wanted)
+        return result
     group = [f for f in fields if f.name.startswith(f"{wanted}.") or f.name.startswith(f"{wanted}[].")]
     if group:
         return {"group": wanted, "fields": [describe(f, host) for f in group]}
@@ -83,6 +86,8 @@ def allowed_text(info: FieldInfo, choices: list[str]) -> str:
         parts.append(f"above {number(doc.typo_above)} is refused as a likely typo")
     if info.type_text == "float":
         parts.append("finite")
+    if doc.auto:
+        parts.append(f"or auto: {doc.auto}")
     return "; ".join(parts)
 
 
@@ -92,6 +97,19 @@ def backend_rows(host: Any, field_name: str) -> dict[str, list[dict[str, Any]]]:
     for entry in host.frameworks:
         framework: Framework = host.frameworks.get(entry.name)
         out[entry.name] = [row(m) for m in framework.mapping if normalise(m.recipe_field) == field_name]
+    return out
+
+
+def auto_on_each(host: Any, field_name: str) -> dict[str, dict[str, Any]]:
+    """Backend name -> what ``auto`` resolves to there for the default recipe on this machine, and why."""
+    from unirl.backend.auto import resolve
+
+    out: dict[str, dict[str, Any]] = {}
+    for entry in host.frameworks:
+        resolved = resolve(Recipe(), host.frameworks.get(entry.name)).values
+        found = next((a for a in resolved if a.field == field_name), None)
+        if found is not None:
+            out[entry.name] = {"value": found.value, "why": found.why}
     return out
 
 
@@ -131,6 +149,10 @@ def render(result: dict[str, Any]) -> str:
     if silent:
         lines += _wrapped(f"no native key on {', '.join(silent)}: unirl uses the field itself there, or the backend "
                           "has no such setting", "    ")
+    if result.get("auto"):
+        lines += ["", "  auto resolves to, for the default recipe on this machine (`unirl plan` shows it per run):"]
+        for name, auto in result["auto"].items():
+            lines += _wrapped(f"{name:<{width}}  {_show(auto['value'])}  ({auto['why']})", "    ")
     return "\n".join(lines)
 
 

@@ -96,10 +96,14 @@ def print_plan(plan: LaunchPlan, validated: bool) -> None:
     where = {"in_process": "in unirl's process", "interpreter": f"interpreter {env.python}",
              "image": f"{env.container_runtime} image {env.image} ({env.python})"}[env.kind]
     out.print(f"runs in: {where}; expects {env.nodes} node(s) x {env.gpus_per_node} GPU(s)")
+    for auto in plan.auto:  # what this backend made of the fields left at auto: before the command they shape
+        out.print(f"auto: {auto.text()}", markup=False, highlight=False)
     out.print("command: " + " ".join(plan.command), markup=False, soft_wrap=True)
     table = Table("recipe field", "native key", "value", "note", show_lines=False)
+    resolved = {a.field for a in plan.auto}
     for row in plan.mapping:
-        table.add_row(row.recipe_field, row.native_key, json.dumps(row.value, default=str), row.note)
+        note = f"(auto) {row.note}" if row.recipe_field in resolved else row.note
+        table.add_row(row.recipe_field, row.native_key, json.dumps(row.value, default=str), note)
     out.print(table)
     for key, value in plan.native_config.items():
         if key not in SHOWN_ABOVE:  # the rest of the native config (TRL's reward functions, model, data)

@@ -133,18 +133,30 @@ def preflight(host: Any, overrides: list[str], *, inputs: bool = False, backend:
     from unirl.host.planning import compose, plan_recipe
     from unirl.recipe.compose import to_recipe
 
-    recipe = to_recipe(compose(host, overrides))
-    plan = plan_recipe(host, recipe)
+    plan = plan_recipe(host, to_recipe(compose(host, overrides)))
     log.debug("planned a %s run: %s", plan.framework, " ".join(plan.command))
     if inputs:
         from unirl.data.preflight import check_inputs
+        from unirl.recipe.schema import recipe_from_dict
 
-        problems = check_inputs(recipe)
+        problems = check_inputs(recipe_from_dict(plan.recipe))  # as the backend resolved it (its auto fields)
         if problems:
             raise RecipeInvalid(problems)
     if backend:
+        check_local_gpus(plan)
         validate_once(host, plan)
     return plan
+
+
+def check_local_gpus(plan: Any) -> None:
+    """A run on this machine needs the GPUs its plan expects here: refused before any run directory exists (a
+    cluster scheduler's nodes are checked where the job lands)."""
+    from unirl.backend.auto import LOCAL_SCHEDULERS
+    from unirl.backend.environment import check_gpus
+
+    if plan.recipe.get("scheduler", {}).get("name") in LOCAL_SCHEDULERS:
+        check_gpus(plan.framework, plan.environment,
+                   assumed=any(a.field == "resources.gpus_per_node" for a in plan.auto))
 
 
 _VALIDATED: set[str] = set()
@@ -230,12 +242,13 @@ def _run_locked(cfg: Any) -> dict[str, Any]:
     from unirl.host.manager import get_host
     from unirl.host.planning import plan_recipe, prepare_run
     from unirl.recipe.compose import to_recipe
+    from unirl.recipe.schema import recipe_from_dict
 
     host = get_host()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:  # everything before launch: a problem here is the user's input, reported without a traceback
-        recipe = to_recipe(cfg)
-        plan = plan_recipe(host, recipe)
+        plan = plan_recipe(host, to_recipe(cfg))
+        recipe = recipe_from_dict(plan.recipe)  # as the backend resolved it (its auto fields)
         if _is_sweep_member():  # a single run's inputs were read before Hydra started (cmd_run's preflight)
             from unirl.data.preflight import check_inputs
 

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from unirl.backend.auto import resolve
 from unirl.backend.contract import RunInputs
 from unirl.backend.plan import LaunchPlan
 from unirl.data.checks import data_problems
@@ -74,18 +75,23 @@ def compose(host: Host, overrides: list[str]) -> Any:
 
 
 def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:
-    """Validate the recipe and translate it with its framework's plugin (pure: nothing is launched)."""
+    """Validate the recipe and translate it with its framework's plugin (pure: nothing is launched). The plan's
+    ``recipe`` is the one its backend runs: every ``auto`` field resolved (:mod:`unirl.backend.auto`)."""
     check(host, recipe)
     return host.frameworks.get(recipe.framework["name"]).plan(recipe)
 
 
 def check(host: Host, recipe: Recipe) -> None:
-    """Validate a recipe against the schema's ranges, its data sources and what the loaded plugins provide."""
+    """Validate a recipe against the schema's ranges, its data sources and what the loaded plugins provide, as its
+    framework resolves its ``auto`` fields (a field left at auto is checked with the value it will have)."""
     name = recipe.framework.get("name")
     if not name:
         raise UnirlError("no framework selected: pass framework=<name> (installed: "
                          f"{', '.join(host.frameworks.names()) or 'none'})")
     host.frameworks.entry(name)
+    validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
+             fields_only=True)  # a malformed auto field (gpus_per_node=eight) is named before anything resolves it
+    recipe = resolve(recipe, host.frameworks.get(name)).recipe
     scheduler = recipe.scheduler.get("name")
     if scheduler:
         host.schedulers.entry(scheduler)

@@ -26,6 +26,8 @@ from typing import Any
 from unirl.errors import FieldError
 
 METADATA_KEY = "unirl"
+AUTO = "auto"
+"""The value of a field each backend resolves for itself and the machine (a field declared with ``auto=``)."""
 
 
 @dataclass(frozen=True)
@@ -74,23 +76,26 @@ class FieldDoc:
     choices: tuple[str, ...] = ()
     choices_from: str = ""
     """A host registry whose names are the choices (``rollout_engines``): plugins add to it, so no tuple here."""
+    auto: str = ""
+    """What ``auto`` resolves to, for a field that takes it (empty: it does not): each backend resolves it for itself
+    and the machine (:mod:`unirl.backend.auto`), and the plan shows ``auto -> value (why)``."""
 
 
 def setting(default: Any, help: str, *, unit: str = "", at_least: float | None = None, above: float | None = None,
             at_most: float | None = None, below: float | None = None, why: str = "", typo_above: float | None = None,
-            choices: tuple[str, ...] = (), choices_from: str = "") -> Any:
+            choices: tuple[str, ...] = (), choices_from: str = "", auto: str = "") -> Any:
     """A dataclass field with an immutable default, its documentation and its checks (see :func:`documented`).
 
     Returns what :func:`dataclasses.field` returns, so the schema stays a plain dataclass."""
     return dataclasses.field(default=default, metadata=documented(
         help, unit=unit, at_least=at_least, above=above, at_most=at_most, below=below, why=why,
-        typo_above=typo_above, choices=choices, choices_from=choices_from))
+        typo_above=typo_above, choices=choices, choices_from=choices_from, auto=auto))
 
 
 def documented(help: str, *, unit: str = "", at_least: float | None = None, above: float | None = None,
                at_most: float | None = None, below: float | None = None, why: str = "",
                typo_above: float | None = None, choices: tuple[str, ...] = (),
-               choices_from: str = "") -> dict[str, Any]:
+               choices_from: str = "", auto: str = "") -> dict[str, Any]:
     """Field metadata: ``help`` (as TRL's configs have it) and the :class:`FieldDoc`; for a mutable default write
     ``field(default_factory=dict, metadata=documented("..."))``. ``at_least``/``above`` and ``at_most``/``below`` are
     the inclusive/exclusive bounds."""
@@ -98,7 +103,7 @@ def documented(help: str, *, unit: str = "", at_least: float | None = None, abov
     valid = Range(low=above if above is not None else at_least, low_open=above is not None,
                   high=below if below is not None else at_most, high_open=below is not None) if bounded else None
     doc = FieldDoc(help=" ".join(help.split()), unit=unit, range=valid, why=why, typo_above=typo_above,
-                   choices=choices, choices_from=choices_from)
+                   choices=choices, choices_from=choices_from, auto=" ".join(auto.split()))
     return {"help": doc.help, METADATA_KEY: doc}
 
 
@@ -252,7 +257,14 @@ def value_problems(key: str, value: Any, doc: FieldDoc | None, optional: bool,
         return [FieldError(key, value, "must be a finite number (NaN and infinity are not allowed)")]
     if doc is None:
         return []
+    if doc.auto and value == AUTO:
+        return []  # each backend resolves it (unirl.backend.auto); a recipe is checked again once it is resolved
+    if doc.auto and isinstance(value, str) and not (doc.choices or doc.choices_from):
+        allowed = f"a number {doc.range.text()}" if doc.range is not None else "true or false"
+        return [FieldError(key, value, f"{allowed}, or auto ({doc.auto})")]
     choices = tuple(registries.get(doc.choices_from, ())) if doc.choices_from else doc.choices
+    if choices and doc.auto and value not in choices:
+        return [FieldError(key, value, f"one of {[*choices, AUTO]}")]
     if choices and value not in choices:
         return [FieldError(key, value, f"one of {list(choices)}")]
     if not isinstance(value, int | float):

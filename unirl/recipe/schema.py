@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirl.errors import FieldError, RecipeInvalid
-from unirl.recipe.fields import documented, field_problems, setting
+from unirl.errors import FieldError, RecipeInvalid, UnirlError
+from unirl.recipe.fields import AUTO, documented, field_problems, setting, value_at
 from unirl.rewards.spec import RewardPolicy
 
 BUILTIN_PREFIX = "builtin:"
@@ -27,6 +27,8 @@ HUB_ID = re.compile(r"^([A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")  # "gpt2" or 
 # The rollout engines unirl itself registers (unirl.plugins.rollout_engines); validate's default when the caller does
 # not pass the host's registry, which plugins may extend.
 BUILTIN_ROLLOUT_ENGINES = ("hf", "vllm", "sglang")
+AUTO_ARITHMETIC = ("resources.gpus_per_node",)
+"""``auto`` fields the cross-field checks compute with: until a backend resolves them, only the per-field pass runs."""
 
 
 @dataclass
@@ -54,8 +56,11 @@ class DataConfig:
         parquet; null = no references.""")
     prompt_template: str = setting("{prompt}", """Python format string applied to text prompts; other columns are
         available by name.""")
-    chat_template: bool = setting(False, """Render prompts with the model's chat template: a text prompt becomes one
-        user message. Prompts that are already message lists are always rendered with it.""")
+    chat_template: bool | str = setting(AUTO, """Render prompts with the model's chat template: a text prompt becomes
+        one user message. Prompts that are already message lists are always rendered with it.""",
+                                        auto="""true on verl and NeMo RL (they always render it) and for a hub or
+        local model (the frameworks' official examples render instruct models' prompts with it); false for a builtin
+        model (trained from scratch on raw text)""")
     max_prompt_tokens: int | None = setting(None, """The prompt budget: prompts longer than this are truncated from
         the left; null = unirl's default budget of 512 tokens, resolved and sent explicitly to every backend (``unirl
         plan`` shows how each one receives it).""", unit="tokens", at_least=1, typo_above=1 << 20)
@@ -129,8 +134,9 @@ class RewardSpec:
 
 @dataclass
 class RolloutConfig:
-    engine: str = setting("hf", "Generation engine: hf (transformers generate), vllm, sglang, or one a plugin "
-                          "registers (``unirl plugins``).", choices_from="rollout_engines")
+    engine: str = setting(AUTO, "Generation engine: hf (transformers generate), vllm, sglang, or one a plugin "
+                          "registers (``unirl plugins``).", choices_from="rollout_engines",
+                          auto="the backend's own default engine: hf on TRL, sglang on slime, vllm elsewhere")
     colocated: bool = setting(True, "Rollout shares the training GPUs (true) or runs on its own (false).")
     gpus: int | None = setting(None, """With colocated=false: GPUs given to the rollout engine out of nodes x
         gpus_per_node (the rest train); null = half of them.""", unit="GPUs")
@@ -144,8 +150,11 @@ class RolloutConfig:
 class ResourcesConfig:
     device: str = setting("auto", "auto (CUDA when present, else CPU), cpu, or cuda.", choices=("auto", "cpu", "cuda"))
     nodes: int = setting(1, "Number of machines.", unit="nodes", at_least=1, typo_above=100_000)
-    gpus_per_node: int = setting(0, "GPUs per machine used by the run (0 on CPU).", unit="GPUs", at_least=0,
-                                 typo_above=1024)
+    gpus_per_node: int | str = setting(AUTO, "GPUs per machine used by the run (0 on CPU).", unit="GPUs",
+                                       at_least=0, typo_above=1024, auto="""the GPUs this machine has (nvidia-smi,
+        narrowed by CUDA_VISIBLE_DEVICES) for a local run, TRL taking one of them; on a GPU-only backend with none
+        found here, or for a cluster scheduler, 1 is assumed and the plan says so (a local run then stops before
+        anything is written)""")
     cpu_threads: int | None = setting(1, """torch intra-op threads on CPU; 1 is fastest for tiny models on a shared
         box; null = torch default.""", unit="threads", at_least=1, typo_above=4096)
     gradient_checkpointing: bool = setting(False, "Recompute activations in the backward pass: less memory, about "
@@ -164,8 +173,10 @@ class ResourcesConfig:
 class EvalConfig:
     every_steps: int = setting(0, "Held-out evaluation cadence; 0 = only before and after training.",
                                unit="training steps", at_least=0, typo_above=10**7)
-    before_training: bool = setting(True, "Evaluate once before the first update (the baseline).")
-    greedy: bool = setting(True, "Greedy decoding for evaluation (else sampling at the rollout temperature).")
+    before_training: bool | str = setting(AUTO, "Evaluate once before the first update (the baseline).",
+                                          auto="true, except on OpenRLHF (it cannot evaluate before training)")
+    greedy: bool | str = setting(AUTO, "Greedy decoding for evaluation (else sampling at the rollout temperature).",
+                                 auto="true, except on NeMo RL (it validates by sampling at the rollout temperature)")
     accuracy_reward: str | None = setting(None, "Reward whose score decides \"solved\"; null = the first reward of "
                                           "the recipe.")
     accuracy_threshold: float = setting(1.0, "A held-out prompt counts as solved when that reward scores >= this.")
@@ -232,9 +243,17 @@ class Recipe:
         return self.algorithm.steps * self.algorithm.prompts_per_step
 
     @property
+    def gpus_per_node(self) -> int:
+        """``resources.gpus_per_node`` once resolved (:mod:`unirl.backend.auto`); reading it earlier is a defect."""
+        gpus = self.resources.gpus_per_node
+        if not isinstance(gpus, int):
+            raise UnirlError(f"resources.gpus_per_node={gpus!r} read before the backend resolved it")
+        return gpus
+
+    @property
     def total_gpus(self) -> int:
         """Every GPU of the run: nodes x gpus_per_node."""
-        return self.resources.nodes * max(self.resources.gpus_per_node, 0)
+        return self.resources.nodes * max(self.gpus_per_node, 0)
 
     @property
     def world_size(self) -> int:
@@ -309,7 +328,7 @@ def rollout_gpu_problems(recipe: Recipe) -> list[FieldError]:
 def process_problems(recipe: Recipe) -> list[FieldError]:
     """``resources.cpu_processes`` counts CPU training processes: with GPUs, there is one process per GPU."""
     res = recipe.resources
-    if res.cpu_processes > 1 and (res.gpus_per_node > 0 or res.device == "cuda"):
+    if res.cpu_processes > 1 and (recipe.gpus_per_node > 0 or res.device == "cuda"):
         return [FieldError("resources.cpu_processes", res.cpu_processes,
                            f"only for CPU runs (gpus_per_node=0, device cpu or auto; here gpus_per_node="
                            f"{res.gpus_per_node}, device={res.device}): a GPU run starts one process per GPU")]
@@ -360,16 +379,21 @@ def reward_problems(recipe: Recipe, known_rewards: list[str]) -> list[FieldError
 
 
 def validate(recipe: Recipe, known_rewards: list[str], known_engines: Sequence[str] = BUILTIN_ROLLOUT_ENGINES,
-             more: Sequence[FieldError] = ()) -> None:
+             more: Sequence[FieldError] = (), fields_only: bool = False) -> None:
     """Raise :class:`RecipeInvalid` listing every problem; cheap, imports nothing heavy.
 
     One generic pass checks each field against its own declaration (finite, choices, range, typo bound; see
     :mod:`unirl.recipe.fields`); the functions above check what involves several fields. ``more``: problems found
     by others, reported in the same error (the data sources and the model, :func:`unirl.data.checks.data_problems`:
-    the schema knows no data)."""
+    the schema knows no data). ``fields_only``: the per-field pass alone, for a recipe whose ``auto`` fields are not
+    resolved yet (the cross-field arithmetic needs the GPU count)."""
     from unirl.recipe import run_name
 
     problems = field_problems(recipe, {"rollout_engines": tuple(known_engines)})
+    if fields_only or any(value_at(recipe, f) == AUTO for f in AUTO_ARITHMETIC):
+        if problems:  # the cross-field checks need the fields well-formed and resolved
+            raise RecipeInvalid(problems)
+        return
     problems += run_name.problems(recipe.run.name)  # one plain folder name: it becomes part of the run directory
     problems += rollout_gpu_problems(recipe)
     problems += process_problems(recipe)

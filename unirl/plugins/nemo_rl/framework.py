@@ -116,7 +116,7 @@ def generation_gpus_per_node(r: Recipe) -> int | None:
     if r.rollout.colocated:
         return None
     if r.resources.nodes > 1:
-        return r.resources.gpus_per_node  # NeMo RL gives generation whole nodes there (grpo.py:652-660)
+        return r.gpus_per_node  # NeMo RL gives generation whole nodes there (grpo.py:652-660)
     return int(option(r, "generation_gpus_per_node") or r.rollout.tensor_parallel)
 
 
@@ -127,7 +127,7 @@ def generation_nodes(r: Recipe) -> int | None:
 
 
 def training_gpus(r: Recipe) -> int:
-    nodes, per_node = r.resources.nodes, r.resources.gpus_per_node
+    nodes, per_node = r.resources.nodes, r.gpus_per_node
     if r.rollout.colocated:
         return nodes * per_node
     if nodes == 1:
@@ -331,7 +331,7 @@ MAPPING: tuple[Mapping, ...] = (
             lambda r: r.resources.gradient_checkpointing, native_default=False),
     # resources
     Mapping("resources.nodes", "cluster.num_nodes", lambda r: r.resources.nodes, native_default=1),
-    Mapping("resources.gpus_per_node", "cluster.gpus_per_node", lambda r: r.resources.gpus_per_node,
+    Mapping("resources.gpus_per_node", "cluster.gpus_per_node", lambda r: r.gpus_per_node,
             native_default=1),
     # held-out evaluation = NeMo RL's validation
     Mapping("eval.every_steps", "grpo.val_period", lambda r: r.eval.every_steps if r.data.eval else 0,
@@ -471,14 +471,14 @@ def _twin_problems(r: Recipe) -> list[FieldError]:
 def _resource_problems(r: Recipe) -> list[FieldError]:
     """What NeMo RL checks only once Ray is up: generation GPUs, the sequence budget, and batch splits."""
     problems: list[FieldError] = []
-    if r.resources.gpus_per_node < 1:
+    if r.gpus_per_node < 1:
         return problems  # already refused by common_problems
     if not r.rollout.colocated:
         gen = generation_gpus_per_node(r) or 0
-        if r.resources.nodes == 1 and gen >= r.resources.gpus_per_node:
+        if r.resources.nodes == 1 and gen >= r.gpus_per_node:
             problems.append(FieldError(
                 "rollout.colocated", False,
-                f"non-colocated vLLM takes {gen} of the node's {r.resources.gpus_per_node} GPUs and leaves none "
+                f"non-colocated vLLM takes {gen} of the node's {r.gpus_per_node} GPUs and leaves none "
                 "to train on (grpo.py:636-641); raise resources.gpus_per_node or lower "
                 "framework.generation_gpus_per_node"))
         if r.resources.nodes > 1 and (generation_nodes(r) or 0) >= r.resources.nodes:

@@ -275,7 +275,7 @@ MAPPING: tuple[Mapping, ...] = (
             "exported by unirl as JSONL {input, label, datasource}", native_default=None, inverse=train_from),
     Mapping("data.prompt_key", "data.input_key", lambda r: "input", native_default="input", inverse=prompt_key_from),
     Mapping("data.answer_key", "data.label_key", lambda r: "label", native_default=None, inverse=answer_key_from),
-    Mapping("data.chat_template", "data.apply_chat_template", lambda r: store_true(r.data.chat_template),
+    Mapping("data.chat_template", "data.apply_chat_template", lambda r: store_true(r.data.chat_template is True),
             native_default=False),
     Mapping("data.eval", "eval.dataset", lambda r: export_path("eval", EXPORT_FORMAT) if r.data.eval else OMIT,
             native_default=None, inverse=eval_from),

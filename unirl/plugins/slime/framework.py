@@ -10,9 +10,11 @@ rendered as full names, valueless ``store_true`` flags bare. Batch semantics, co
 ``--rollout-batch-size`` counts prompts, ``--global-batch-size`` counts completions per optimizer update, and
 ``--num-steps-per-rollout`` is the number of updates per rollout (slime asserts the three agree).
 
-Megatron cannot read a Hugging Face config, so the model's architecture flags come from the user:
-``framework.model_args`` (a list, e.g. the contents of slime's scripts/models/qwen2.5-0.5B.sh) or
-``framework.model_args_script`` (one of those scripts inside the image, sourced at launch).
+Megatron cannot read a Hugging Face config, so the model's architecture flags are passed as flags: from
+``framework.model_args`` (a list, e.g. the contents of slime's scripts/models/qwen2.5-0.5B.sh), from
+``framework.model_args_script`` (one of those scripts inside the image, sourced at launch), or, when neither is set,
+derived from the model's config.json by the rules of those scripts (:mod:`unirl.plugins.slime.model_args`: dense
+Qwen2/Qwen2.5, Qwen3 and Llama; a local directory, a builtin model, or a hub id in the local Hugging Face cache).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from unirl.backend.native import (
 from unirl.backend.native import micro_batch as native_micro_batch
 from unirl.backend.plan import LaunchPlan, MappedField
 from unirl.errors import FieldError, Unsupported
+from unirl.plugins.slime.model_args import ModelArgsError, megatron_model_args, model_config
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
 
 MEGATRON_PATH = "/root/Megatron-LM"
@@ -44,7 +47,8 @@ EXPORT_FORMAT = "slime_jsonl"
 TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
 KL_TYPE = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "low_var_kl"}
-MODEL_ARGS_HINT = ("the model's Megatron architecture flags: set framework.model_args to a list (copy slime's "
+MODEL_ARGS_HINT = ("the model's Megatron architecture flags, derived from its config.json for dense Qwen2/Qwen2.5, "
+                   "Qwen3 and Llama models; otherwise set framework.model_args to a list (copy slime's "
                    "scripts/models/<model>.sh, e.g. qwen2.5-0.5B.sh) or framework.model_args_script to such a script "
                    "inside the image")
 
@@ -55,9 +59,9 @@ MODEL_ARGS_HINT = ("the model's Megatron architecture flags: set framework.model
 def actor_placement(r: Recipe) -> tuple[int, int]:
     """(nodes, GPUs per node) of the Megatron actor: every GPU when colocated, the rest after rollout otherwise."""
     if r.rollout.colocated:
-        return r.resources.nodes, r.resources.gpus_per_node
+        return r.resources.nodes, r.gpus_per_node
     actor = max(0, r.total_gpus - r.rollout_gpus)
-    per_node = max(1, min(r.resources.gpus_per_node, actor))
+    per_node = max(1, min(r.gpus_per_node, actor))
     return max(1, actor // per_node), per_node
 
 
@@ -153,7 +157,7 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
                            "them (slime/utils/data.py:87-137), which would break the step-aligned train file; pass "
                            "--rollout-max-prompt-len through framework.overrides to accept the drop",
             native_default=None),
-    Mapping("data.chat_template", "--apply-chat-template", lambda r: store_true(r.data.chat_template),
+    Mapping("data.chat_template", "--apply-chat-template", lambda r: store_true(r.data.chat_template is True),
             "a text prompt becomes one user message (slime/utils/data.py:145-150); message-list prompts need it on",
             native_default=False),
     Mapping("data.train", "--prompt-data", lambda r: TRAIN_FILE, "exported by unirl as slime JSONL",
@@ -202,7 +206,7 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("resources.nodes", "--actor-num-nodes", lambda r: actor_placement(r)[0], native_default=1),
     Mapping("resources.gpus_per_node", "--actor-num-gpus-per-node", lambda r: actor_placement(r)[1],
             "disaggregated: the GPUs the rollout engines do not take", native_default=8),
-    Mapping("resources.gpus_per_node", "--num-gpus-per-node", lambda r: r.resources.gpus_per_node,
+    Mapping("resources.gpus_per_node", "--num-gpus-per-node", lambda r: r.gpus_per_node,
             "GPUs per node for placing rollout engines; slime assumes 8", native_default=8),
     Mapping("rollout.colocated", "--colocate", lambda r: store_true(r.rollout.colocated),
             "colocated: training and rollout share every GPU and offload in turn (slime/utils/arguments.py:"
@@ -288,7 +292,8 @@ class SlimeFamily(NativeFramework):
     def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
         model_args, script = self.model_args(recipe)
         return {"args": [*model_args, *render_flags(native)], "entry": "train.py",
-                "workdir": recipe.framework["workdir"], "model_args": model_args, "model_args_script": script}
+                "workdir": recipe.framework["workdir"], "model_args": model_args, "model_args_script": script,
+                "model_args_source": self.model_args_source(recipe)}
 
     def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
         model_args, script = self.model_args(recipe)
@@ -305,17 +310,36 @@ class SlimeFamily(NativeFramework):
             "prompts are exported in the seeded order unirl uses for every backend; slime's own shuffle stays off",
             "held-out evaluation is slime's eval rollout (one greedy completion per prompt when eval.greedy), "
             "scored by the same reward adapter",
-            "framework.model_args must match the model's HF config: slime asserts it at start "
-            "(slime/backends/megatron_utils/arguments.py:97-148)",
+            self.model_args_note(recipe),
         ]
 
     def model_args(self, recipe: Recipe) -> tuple[list[str], str | None]:
-        """Megatron's architecture flags: a list from framework.model_args, or a script sourced at launch."""
+        """Megatron's architecture flags: a list from framework.model_args, a script sourced at launch, or, with
+        neither, the flags derived from the model's config.json (:func:`derived_model_args`)."""
         listed, script = recipe.framework.get("model_args"), recipe.framework.get("model_args_script")
         if listed:
             return ([str(a) for a in shlex.split(listed)] if isinstance(listed, str) else [str(a) for a in listed],
                     None)
-        return [], str(script) if script else None
+        if script:
+            return [], str(script)
+        return derived_model_args(recipe)[0], None
+
+    def model_args_source(self, recipe: Recipe) -> str:
+        """Where the architecture flags come from, as the plan records it."""
+        if recipe.framework.get("model_args"):
+            return "framework.model_args"
+        if recipe.framework.get("model_args_script"):
+            return "framework.model_args_script"
+        return f"derived from {derived_model_args(recipe)[1]}"
+
+    def model_args_note(self, recipe: Recipe) -> str:
+        check = "slime asserts it at start (slime/backends/megatron_utils/arguments.py:97-148)"
+        source = self.model_args_source(recipe)
+        if not source.startswith("derived"):
+            return f"{source} must match the model's HF config: {check}"
+        return (f"framework.model_args: {source}, by the rules of slime's scripts/models/*.sh "
+                "(unirl/plugins/slime/model_args.py), so they match the HF config as slime asserts at start "
+                "(slime/backends/megatron_utils/arguments.py:97-148); set framework.model_args to pass others")
 
     def model_args_problems(self, recipe: Recipe) -> list[FieldError]:
         listed, script = recipe.framework.get("model_args"), recipe.framework.get("model_args_script")
@@ -323,7 +347,11 @@ class SlimeFamily(NativeFramework):
             return [FieldError("framework.model_args", listed,
                                "set framework.model_args or framework.model_args_script, not both")]
         if not listed and not script:
-            return [Unsupported("framework.model_args", listed, self.name, MODEL_ARGS_HINT)]
+            try:
+                derived_model_args(recipe)
+            except ModelArgsError as exc:
+                return [Unsupported("framework.model_args", listed, self.name,
+                                    f"{MODEL_ARGS_HINT}; not derived for model.path={recipe.model.path!r}: {exc}")]
         return []
 
     def placement_problems(self, r: Recipe) -> list[FieldError]:
@@ -362,6 +390,14 @@ class SlimeFamily(NativeFramework):
 
         config = plan.native_config
         return schema_problems(config["args"], self.name, model_args_known=not config.get("model_args_script"))
+
+
+def derived_model_args(recipe: Recipe) -> tuple[list[str], str]:
+    """(the Megatron flags, the config they come from) for ``recipe.model.path``; raises ModelArgsError."""
+    path = recipe.model.path
+    config, where = model_config(path, builtin_prefix=BUILTIN_PREFIX,
+                                 local=not path.startswith(BUILTIN_PREFIX) and is_local_path(path))
+    return megatron_model_args(config), where
 
 
 IGNORED_UNDER_CUSTOM_RM = ("--rm-type",)

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
 
+from unirl.backend.auto import resolve
 from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, NativeView, RunInputs, translate
 from unirl.backend.environment import version_in
 from unirl.backend.native import prompt_budget
@@ -20,6 +21,7 @@ from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedFi
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.launch.resume import require_trainer_checkpoint
 from unirl.launch.scheduler import RDZV_ENDPOINT, RDZV_ID
+from unirl.recipe.fields import AUTO
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
 from unirl.record.layout import PLAN, write_json
 
@@ -102,7 +104,8 @@ def _updates_of(view: NativeView) -> int:
 def _processes(view: NativeView) -> int:
     """Training processes (GRPOConfig does not say; the recipe's resources do: one per training GPU, else
     ``resources.cpu_processes`` per node), as :attr:`Recipe.world_size` counts them."""
-    nodes, gpus = int(view.field("resources.nodes")), int(view.field("resources.gpus_per_node"))
+    nodes, per_node = int(view.field("resources.nodes")), view.field("resources.gpus_per_node")
+    gpus = 0 if per_node == AUTO else int(per_node)  # auto: TRL's auto is one process (one GPU, or the CPU)
     if nodes * gpus == 0:
         return nodes * max(1, int(view.field("resources.cpu_processes")))
     rollout = 0 if view.field("rollout.colocated") else (view.field("rollout.gpus") or nodes * gpus // 2)
@@ -355,6 +358,8 @@ class TrlFramework:
             return None
 
     def plan(self, recipe: Recipe) -> LaunchPlan:
+        resolution = resolve(recipe, self)
+        recipe = resolution.recipe
         rows, native, problems = translate(recipe, MAPPING, NAME, self.installed_version() or "1.16")
         problems += placement_problems(recipe)
         if problems:
@@ -392,7 +397,8 @@ class TrlFramework:
             command=command,
             in_process=python is None and single,
             notes=[
-                "held-out evaluation is unirl's (greedy, before/after training), not TRL's eval loop",
+                f"held-out evaluation is unirl's ({'greedy' if recipe.eval.greedy else 'sampled'}, "
+                f"{'before and ' if recipe.eval.before_training else ''}after training), not TRL's eval loop",
                 "output_dir is set to <run dir>/trl at launch",
                 *([] if single else [f"{recipe.world_size} training processes through torchrun "
                                      f"({recipe.resources.nodes} node(s) x {processes_per_node(recipe)}); rank 0 alone "
@@ -400,9 +406,10 @@ class TrlFramework:
             ],
             recipe=asdict(recipe),
             target_version=self.installed_version(),
+            auto=list(resolution.values),
             environment=BackendEnvironment(kind="in_process" if python is None else "interpreter",
                                            python=python or "python", nodes=recipe.resources.nodes,
-                                           gpus_per_node=recipe.resources.gpus_per_node),
+                                           gpus_per_node=recipe.gpus_per_node),
         )
 
     def require_resumable(self, run_dir: Path) -> None:
