@@ -137,8 +137,10 @@ def test_verls_official_math_script_imports_to_a_recipe_that_plans_the_same_conf
         "Qwen/Qwen2-7B-Instruct", "qwen2_7b_function_rm", 20, 5)
     # verl's defaults for what the script leaves out (verl/trainer/config/actor/actor.yaml: weight_decay 0.01)
     assert r.algorithm.weight_decay == 0.01
-    # the data files are two shell variables: left as written and reported
-    assert dict(imported.report.unresolved) == {"data.train_files": "$train_files", "data.val_files": "$test_files"}
+    # the data files: the script's own variables expanded, $HOME (which it does not set) left as written, reported
+    assert dict(imported.report.unresolved) == {
+        "data.train_files": ["$HOME/data/gsm8k/train.parquet", "$HOME/data/math/train.parquet"],
+        "data.val_files": ["$HOME/data/gsm8k/test.parquet", "$HOME/data/math/test.parquet"]}
     # what no recipe field says stays native, exactly
     assert imported.report.native == {
         "data.filter_overlong_prompts": True, "data.truncation": "error",
@@ -178,7 +180,7 @@ def test_unirl_import_writes_a_recipe_file_and_reports_on_stderr(tmp_path: Path,
     err = capsys.readouterr().err
     assert "actor_rollout_ref.actor.ppo_mini_batch_size -> algorithm.mini_batches_per_step = 4" in err
     assert "stayed native, in framework.overrides (10)" in err
-    assert "data.train_files = $train_files" in err
+    assert "data.train_files = ['$HOME/data/gsm8k/train.parquet', '$HOME/data/math/train.parquet']" in err
 
 
 def test_a_number_that_is_a_shell_reference_stays_native() -> None:

@@ -57,6 +57,9 @@ class ImportReport:
     """(native key, unirl's value, the backend's default): keys the input left at the default that unirl sets."""
     defaulted: list[tuple[str, str, Any]] = field(default_factory=list)
     """(native key, recipe field, value): fields taken from the backend's default for a key the input leaves out."""
+    refused: list[tuple[str, Any, str]] = field(default_factory=list)
+    """(native key, value, why): kept in ``framework.overrides`` as written, but the plan refuses it (a name the
+    installed version does not have): the recipe does not plan until it is changed."""
 
     def text(self) -> str:
         lines = [f"mapped ({len(self.mapped)}):"]
@@ -68,6 +71,9 @@ class ImportReport:
         if self.unresolved:
             lines.append(f"shell references left as written ({len(self.unresolved)}):")
             lines += [f"  {key} = {value}" for key, value in self.unresolved]
+        if self.refused:
+            lines.append(f"refused by the plan: in framework.overrides, edit before running ({len(self.refused)}):")
+            lines += [f"  {key} = {value!r}: {why}" for key, value, why in self.refused]
         if self.reset:
             lines.append(f"back to the recipe default ({len(self.reset)}):")
             lines += [f"  {name} = {value!r}: {why}" for name, value, why in self.reset]
@@ -269,7 +275,7 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
             origin.setdefault(name, [])
             origin[name] += [k for k in keys if k not in origin[name]]
     for key, value in native.items():
-        if isinstance(value, str) and "$" in value:
+        if any(isinstance(v, str) and "$" in v for v in (value if isinstance(value, list) else [value])):
             report.unresolved.append((key, value))
 
     recipe, plan = settle(framework, known_rewards, base, fields, origin, report)
@@ -294,7 +300,19 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
             overrides[key] = value
     if overrides:
         recipe = build(base, fields, overrides)
-        plan = framework.plan(recipe)
+        kept = dict(overrides)
+        for _ in range(len(overrides) + 1):
+            try:
+                plan = framework.plan(build(base, fields, kept))
+                break
+            except (RecipeInvalid, FieldError) as exc:
+                problems = list(exc.problems) if isinstance(exc, RecipeInvalid) else [exc]
+                bad = [(p.field.removeprefix("framework.overrides."), p) for p in problems
+                       if p.field.removeprefix("framework.overrides.") in kept]
+                if not bad:
+                    raise
+                for key, problem in bad:
+                    report.refused.append((key, kept.pop(key), problem.allowed))
         planned = dict(plan.native_config[PLANNED.get(backend, "overrides")])
     report.native = overrides
     for row in table:
@@ -344,6 +362,7 @@ def settle(framework: Any, known_rewards: list[str], base: Recipe, fields: dict[
 # --- reading native configurations ------------------------------------------------------------------------------
 
 VERL_ENTRY = "verl.trainer.main_ppo"
+OPENRLHF_ENTRY = "openrlhf.cli.train_ppo_ray"
 
 
 def hydra_values(overrides: list[str]) -> dict[str, Any]:
@@ -354,20 +373,350 @@ def hydra_values(overrides: list[str]) -> dict[str, Any]:
     return {f"{o.get_key_element()}": o.value() for o in parsed}
 
 
-def verl_command(text: str) -> tuple[list[str], list[tuple[str, str]]]:
-    """The ``key=value`` arguments of a script's ``python -m verl.trainer.main_ppo`` line (line continuations
-    joined, shell quoting removed, ``$VAR`` left as written), and what else stood on it (token, why)."""
-    import shlex
+# A shell script read as far as its configuration needs, never run: ``NAME=value`` / ``export NAME=value`` and
+# ``NAME=( ... )`` arrays outside ``if``/``for``/``while``/``case`` blocks, then the entry command's words with
+# ``$NAME``, ``${NAME}``, ``${NAME:-default}``, ``${NAME[@]}``, ``$((arithmetic))`` and ``$(basename|dirname X)``
+# expanded, quotes removed and unquoted expansions split into words as bash does. A variable the script does not set
+# (``$HOME``, ``$SLURM_JOB_NUM_NODES``, one set only inside a block) stays as written, unless ``env`` gives it.
 
-    joined = text.replace("\\\r\n", " ").replace("\\\n", " ")
-    lines = [line for line in joined.splitlines() if VERL_ENTRY in line and not line.lstrip().startswith("#")]
-    if not lines:
-        raise UnirlError(f"no `python -m {VERL_ENTRY}` line in the script")
-    if len(lines) > 1:
-        raise UnirlError(f"{len(lines)} `{VERL_ENTRY}` lines in the script; keep the one to import")
-    tokens = shlex.split(lines[0], comments=True)
-    tokens = tokens[tokens.index(next(t for t in tokens if t.endswith(VERL_ENTRY))) + 1:]
-    return split_overrides(tokens)
+SHELL_BLOCK_OPEN = ("if", "for", "while", "until", "case", "select")
+SHELL_BLOCK_CLOSE = ("fi", "done", "esac")
+
+
+class Word:
+    """One shell word as written: (quoting, text) segments, quoting one of "bare", "single", "double"."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[str, str]] = []
+
+    def add(self, quoting: str, text: str) -> None:
+        if self.parts and self.parts[-1][0] == quoting:
+            self.parts[-1] = (quoting, self.parts[-1][1] + text)
+        else:
+            self.parts.append((quoting, text))
+
+    def raw(self) -> str:
+        return "".join(text for _, text in self.parts)
+
+
+def dollar_span(text: str, at: int) -> int:
+    """The end of the ``$...`` reference starting at ``text[at]`` (``$((..))``, ``$(..)``, ``${..}``, ``$NAME``)."""
+    nxt = text[at + 1:at + 2]
+    if nxt in ("(", "{"):
+        close = ")" if nxt == "(" else "}"
+        depth, i = 0, at + 1
+        while i < len(text):
+            if text[i] == nxt:
+                depth += 1
+            elif text[i] == close:
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return len(text)
+    if nxt and (nxt.isalpha() or nxt == "_"):
+        i = at + 1
+        while i < len(text) and (text[i].isalnum() or text[i] == "_"):
+            i += 1
+        return i
+    return at + 2 if nxt else at + 1
+
+
+def shell_words(text: str) -> list[Word]:
+    """Split ``text`` into words as the shell does before expansion (comments removed, newlines as spaces)."""
+    words: list[Word] = []
+    word: Word | None = None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c in " \t\r\n":
+            if word is not None:
+                words.append(word)
+                word = None
+            i += 1
+            continue
+        if c == "#" and word is None:
+            while i < len(text) and text[i] != "\n":
+                i += 1
+            continue
+        word = word if word is not None else Word()
+        if c == "'":
+            end = text.find("'", i + 1)
+            end = len(text) if end < 0 else end
+            word.add("single", text[i + 1:end])
+            i = end + 1
+        elif c == '"':
+            j, buf = i + 1, ""
+            while j < len(text) and text[j] != '"':
+                if text[j] == "\\" and j + 1 < len(text) and text[j + 1] in '"\\$`':
+                    buf += text[j + 1] if text[j + 1] != "$" else "\\$"
+                    j += 2
+                elif text[j] == "$":
+                    end = dollar_span(text, j)
+                    buf += text[j:end]
+                    j = end
+                else:
+                    buf += text[j]
+                    j += 1
+            word.add("double", buf)
+            i = j + 1
+        elif c == "\\" and i + 1 < len(text):
+            word.add("single", text[i + 1])
+            i += 2
+        elif c == "$":
+            end = dollar_span(text, i)
+            word.add("bare", text[i:end])
+            i = end
+        else:
+            word.add("bare", c)
+            i += 1
+    if word is not None:
+        words.append(word)
+    return words
+
+
+Env = dict[str, "str | list[str]"]
+HOLD = "\x00"
+"""Stands for a space inside a command substitution left as written, so that word splitting keeps it one word."""
+
+
+def arithmetic(expr: str, env: Env) -> int | None:
+    """``$(( expr ))`` over integers (+ - * / % and parentheses), names read from ``env``; None when it cannot."""
+    import ast
+    import re
+
+    def name(m: re.Match[str]) -> str:
+        value = env.get(m.group(1).lstrip("$").strip("{}"), "")
+        return value if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()) else "x"
+
+    text = re.sub(r"(\$?\{?[A-Za-z_]\w*\}?)", name, expr)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError:
+        return None
+    ops: dict[type, Callable[[int, int], int]] = {
+        ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: int(a / b), ast.FloorDiv: lambda a, b: int(a / b), ast.Mod: lambda a, b: a % b}
+
+    def ev(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in ops:
+            return ops[type(node.op)](ev(node.left), ev(node.right))
+        raise ValueError("not shell arithmetic")
+    try:
+        return ev(tree)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def expand(text: str, env: Env, quoted: bool) -> list[str]:
+    """The references in one segment expanded; several results only for an array (``${A[@]}``)."""
+    import os
+    import re
+
+    out: list[str] = [""]
+    i = 0
+    while i < len(text):
+        if text.startswith("\\$", i):
+            out[-1] += "$"
+            i += 2
+            continue
+        if text[i] != "$":
+            out[-1] += text[i]
+            i += 1
+            continue
+        end = dollar_span(text, i)
+        ref = text[i:end]
+        value: str | list[str] = ref
+        if ref.startswith("$((") and ref.endswith("))"):
+            number = arithmetic(ref[3:-2], env)
+            value = ref if number is None else str(number)
+        elif ref.startswith("$("):
+            m = re.fullmatch(r"\$\(\s*(basename|dirname)\s+(.+?)\s*\)", ref)
+            if m:
+                arg = " ".join(expand_word(shell_words(m.group(2))[0], env)) if shell_words(m.group(2)) else ""
+                if "$" not in arg:
+                    value = os.path.basename(arg) if m.group(1) == "basename" else os.path.dirname(arg)
+            if value == ref:  # not run: one word as written, whatever spaces it holds (HOLD until the command)
+                value = ref.replace(" ", HOLD)
+        elif ref.startswith("${"):
+            m = re.fullmatch(r"\$\{([A-Za-z_]\w*)(\[[@*]\])?(?:(:?[-=])(.*))?\}", ref, re.S)
+            if m:
+                name, index, op, default = m.groups()
+                have = env.get(name)
+                if have is not None and not (op and op.startswith(":") and have in ("", [])):
+                    value = have if index or isinstance(have, str) else (have[0] if have else "")
+                elif op:
+                    value = " ".join(expand(default, env, quoted))
+                else:  # not set here: as written, in the form no YAML or Hydra interpolation reads as its own
+                    value = f"${name}"
+        elif len(ref) > 1 and (ref[1].isalpha() or ref[1] == "_"):
+            have = env.get(ref[1:])
+            if have is not None:
+                value = have if isinstance(have, str) else (have[0] if have else "")
+        i = end
+        if isinstance(value, list):
+            if not value:  # an empty array: no word
+                continue
+            out[-1] += value[0]
+            out += value[1:]
+        else:
+            out[-1] += value
+    return out
+
+
+def expand_word(word: Word, env: Env) -> list[str]:
+    """One word -> the words after expansion, quote removal and splitting of the unquoted expansions."""
+    fields: list[str] = []
+    current: str | None = None
+    for quoting, text in word.parts:
+        if quoting == "single":
+            current = (current or "") + text
+            continue
+        pieces = expand(text, env, quoting == "double")
+        for n, piece in enumerate(pieces):
+            if n:  # an array's elements are words of their own
+                if current is not None:
+                    fields.append(current)
+                current = None
+            if quoting == "double":
+                current = (current or "") + piece
+                continue
+            split = piece.split()
+            if not split:
+                if piece and current is not None:  # only spaces: a word boundary
+                    fields.append(current)
+                    current = None
+                continue
+            if piece[:1].isspace() and current is not None:
+                fields.append(current)
+                current = None
+            current = (current or "") + split[0]
+            for extra in split[1:]:
+                fields.append(current)
+                current = extra
+            if piece[-1:].isspace():
+                fields.append(current)
+                current = None
+    if current is not None:
+        fields.append(current)
+    return fields
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """(line number, text) of each command: continuations joined, a quoted string or an array ``( ... )`` that spans
+    lines kept whole."""
+    out: list[tuple[int, str]] = []
+    buf, first, depth, quote = "", 0, 0, ""
+    for number, line in enumerate(text.splitlines(), 1):
+        if not buf:
+            first = number
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if quote:
+                if c == "\\" and quote == '"':
+                    i += 1
+                elif c == quote:
+                    quote = ""
+            elif c in "'\"":
+                quote = c
+            elif c == "\\":
+                i += 1
+            elif c == "#" and (i == 0 or line[i - 1] in " \t"):
+                line = line[:i]
+                break
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+            i += 1
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        if quote or depth > 0:
+            buf += "\n"
+            continue
+        if buf.strip():
+            out.append((first, buf))
+        buf, depth = "", 0
+    if buf.strip():
+        out.append((first, buf))
+    return out
+
+
+@dataclass
+class ShellCommand:
+    line: int
+    words: list[str]
+    """After expansion; the entry point (``...main_ppo``, ``...train_ppo_ray``) is ``words[0]``."""
+    before: list[str]
+    """The words before the entry point (``python3 -m``, ``ray job submit ... --``)."""
+
+
+def script_commands(text: str, entry: str, env: dict[str, str] | None = None) -> list[ShellCommand]:
+    """Every command of a shell script that runs ``entry``, expanded with the variables the script sets before it
+    (``env`` first: the caller's environment, e.g. ``SLURM_JOB_NUM_NODES``)."""
+    import re
+
+    values: Env = dict(env or {})
+    found: list[ShellCommand] = []
+    depth = 0
+    assign = re.compile(r"\s*(?:export\s+|declare\s+(?:-\w+\s+)?|local\s+|readonly\s+)?([A-Za-z_]\w*)=(.*)", re.S)
+    for number, line in logical_lines(text):
+        for part in re.split(r"[;&|]+", line):
+            head = part.strip().split(maxsplit=1)[0] if part.strip() else ""
+            if head in SHELL_BLOCK_OPEN:
+                depth += 1
+            if head in SHELL_BLOCK_CLOSE:
+                depth = max(0, depth - 1)
+        m = assign.fullmatch(line)
+        if m and entry not in line:
+            if depth:
+                continue  # set in a branch or a loop: which value holds depends on the run
+            name, value = m.groups()
+            value = value.strip()
+            if value.startswith("(") and value.endswith(")"):
+                values[name] = [w for word in shell_words(value[1:-1]) for w in expand_word(word, values)]
+            else:
+                expanded = [w for word in shell_words(value)[:1] for w in expand_word(word, values)]
+                values[name] = " ".join(expanded)
+            continue
+        if entry in line:
+            words = [w.replace(HOLD, " ") for word in shell_words(line) for w in expand_word(word, values)]
+            at = next((i for i, w in enumerate(words) if w.endswith(entry)), None)
+            if at is not None:
+                found.append(ShellCommand(number, words[at:], words[:at]))
+    return found
+
+
+def one_command(commands: list[ShellCommand], entry: str, which: int | None) -> ShellCommand:
+    if not commands:
+        raise UnirlError(f"no `{entry}` command in the script")
+    if which is not None:
+        if not 1 <= which <= len(commands):
+            raise UnirlError(f"--command {which}: the script has {len(commands)} `{entry}` command(s)")
+        return commands[which - 1]
+    if len(commands) > 1:
+        lines = ", ".join(str(c.line) for c in commands)
+        raise UnirlError(f"{len(commands)} `{entry}` commands in the script (lines {lines}); choose one with "
+                         f"--command N (1 to {len(commands)})")
+    return commands[0]
+
+
+def verl_command(text: str, env: dict[str, str] | None = None,
+                 which: int | None = None) -> tuple[list[str], list[tuple[str, str]]]:
+    """The ``key=value`` arguments of a script's ``python -m verl.trainer.main_ppo`` command (line continuations
+    joined, the script's own variables expanded, shell quoting removed, a variable it does not set left as written),
+    and what else stood on it (token, why). ``which``: the 1-based command where the script has several."""
+    command = one_command(script_commands(text, VERL_ENTRY, env), VERL_ENTRY, which)
+    return split_overrides(command.words[1:])
 
 
 def split_overrides(tokens: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -386,14 +735,124 @@ def split_overrides(tokens: list[str]) -> tuple[list[str], list[tuple[str, str]]
     return keep, other
 
 
-def openrlhf_flags(argv: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """``--flag value`` / ``--switch`` arguments -> flag (without dashes) -> value, with YAML-ish typing."""
-    import shlex
+# OpenRLHF's flat flag names before the dotted hierarchy (OpenRLHF/OpenRLHF ed62d0e2, "feat(cli,muon): dotted config
+# hierarchy", first released in 0.10.2) -> the 0.11 names: openrlhf/cli/train_ppo_ray.py at v0.10.1 (33f9d72f) and
+# v0.11.0 (3c3be623), the add_argument calls aligned in order by type/default/action; the flags whose call moved
+# (the optimizer's, now per model under --actor.* / --critic.*) read from v0.11.0's add_optimizer_args (lines 445-474).
+# Names absent here that 0.11 dropped (--ptx_coef, --actor_init_on_gpu, --perf) have no successor: they stay as
+# written in framework.overrides, where the plan's check against 0.11's parser names them.
+OPENRLHF_FLAT = {
+    "ref_num_nodes": "ref.num_nodes", "ref_num_gpus_per_node": "ref.num_gpus_per_node",
+    "reward_num_nodes": "reward.num_nodes", "reward_num_gpus_per_node": "reward.num_gpus_per_node",
+    "colocate_actor_ref": "train.colocate_actor_ref", "actor_num_nodes": "actor.num_nodes",
+    "actor_num_gpus_per_node": "actor.num_gpus_per_node", "critic_num_nodes": "critic.num_nodes",
+    "critic_num_gpus_per_node": "critic.num_gpus_per_node", "colocate_critic_reward": "train.colocate_critic_reward",
+    "colocate_all_models": "train.colocate_all", "vllm_num_engines": "vllm.num_engines",
+    "vllm_tensor_parallel_size": "vllm.tensor_parallel_size", "vllm_sync_backend": "vllm.sync_backend",
+    "vllm_sync_with_ray": "vllm.sync_with_ray", "enable_prefix_caching": "vllm.enable_prefix_caching",
+    "enforce_eager": "vllm.enforce_eager", "vllm_enable_sleep": "vllm.enable_sleep",
+    "vllm_gpu_memory_utilization": "vllm.gpu_memory_utilization",
+    "enable_vllm_is_correction": "algo.advantage.is_correction_enable",
+    "vllm_enable_is_correction": "algo.advantage.is_correction_enable",  # the examples' spelling at v0.10.1
+    "vllm_is_truncated_threshold": "algo.advantage.is_correction_threshold",
+    "vllm_is_correction_type": "algo.advantage.is_correction_type", "async_train": "train.async_enable",
+    "async_queue_size": "train.async_queue_size", "partial_rollout": "train.partial_rollout_enable",
+    "eval_steps": "eval.steps", "save_steps": "ckpt.save_steps", "logging_steps": "logger.logging_steps",
+    "ckpt_path": "ckpt.path", "save_hf_ckpt": "ckpt.save_hf", "disable_ds_ckpt": "ckpt.disable_ds",
+    "max_ckpt_num": "ckpt.max_num", "max_ckpt_mem": "ckpt.max_mem", "load_checkpoint": "ckpt.load_enable",
+    "best_metric_key": "ckpt.best_metric_key", "use_ds_universal_ckpt": "ds.use_universal_ckpt",
+    "zero_stage": "ds.zero_stage", "gradient_checkpointing": "actor.gradient_checkpointing_enable",
+    "deepcompile": "ds.deepcompile", "param_dtype": "ds.param_dtype", "enable_ema": "train.enable_ema",
+    "ema_beta": "train.ema_beta", "zpg": "ds.zpg", "adam_offload": "ds.adam_offload",
+    "attn_implementation": "ds.attn_implementation", "use_liger_kernel": "ds.use_liger_kernel",
+    "grad_accum_dtype": "ds.grad_accum_dtype", "overlap_comm": "ds.overlap_comm",
+    "gradient_checkpointing_use_reentrant": "actor.gradient_checkpointing_reentrant",
+    "disable_fast_tokenizer": "data.disable_fast_tokenizer", "dataloader_num_workers": "data.dataloader_num_workers",
+    "deepspeed_enable_sleep": "ds.enable_sleep", "ds_tensor_parallel_size": "ds.tensor_parallel_size",
+    "packing_samples": "ds.packing_samples", "use_dynamic_batch": "train.dynamic_batch_enable",
+    "rollout_max_tokens_per_gpu": "rollout.max_tokens_per_gpu", "train_max_tokens_per_gpu": "train.max_tokens_per_gpu",
+    "load_in_4bit": "ds.load_in_4bit", "lora_rank": "ds.lora.rank", "lora_alpha": "ds.lora.alpha",
+    "target_modules": "ds.lora.target_modules", "lora_dropout": "ds.lora.dropout", "save_path": "ckpt.output_dir",
+    "num_episodes": "train.num_episodes", "rollout_batch_size": "rollout.batch_size",
+    "vllm_generate_batch_size": "rollout.vllm_generate_batch_size",
+    "micro_rollout_batch_size": "rollout.micro_batch_size", "max_epochs": "train.max_epochs",
+    "max_len": "data.max_len", "max_new_tokens": "rollout.max_new_tokens", "max_samples": "data.max_samples",
+    "eps_clip": "actor.eps_clip", "eps_clip_low_high": "actor.eps_clip_low_high", "dual_clip": "actor.dual_clip",
+    "value_clip": "critic.value_clip", "lambd": "algo.advantage.lambd", "gamma": "algo.advantage.gamma",
+    "micro_train_batch_size": "train.micro_batch_size", "train_batch_size": "train.batch_size",
+    "normalize_reward": "reward.normalize_enable", "top_p": "rollout.top_p", "temperature": "rollout.temperature",
+    "seed": "train.seed", "full_determinism": "train.full_determinism_enable",
+    "freezing_actor_steps": "critic.freezing_steps", "n_samples_per_prompt": "rollout.n_samples_per_prompt",
+    "save_value_network": "critic.save_value_network", "kl_target": "algo.kl.target",
+    "kl_horizon": "algo.kl.horizon", "init_kl_coef": "algo.kl.init_coef", "policy_loss_type": "actor.policy_loss_type",
+    "kl_estimator": "algo.kl.estimator", "aux_loss_coef": "actor.aux_loss_coef",
+    "entropy_loss_coef": "actor.entropy_coef", "reward_clip_range": "reward.clip_range",
+    "advantage_estimator": "algo.advantage.estimator", "use_kl_loss": "algo.kl.use_loss",
+    "no_advantage_std_norm": "algo.advantage.no_std_norm", "overlong_buffer_len": "reward.overlong_buffer_len",
+    "overlong_penalty_factor": "reward.overlong_penalty_factor",
+    "stop_properly_penalty_coef": "reward.stop_properly_penalty_coef", "ring_attn_size": "ds.ring_attn_size",
+    "ring_head_stride": "ds.ring_attn_head_stride", "pretrain": "actor.model_name_or_path",
+    "reward_pretrain": "reward.model_name_or_path", "remote_rm_url": "reward.remote_url",
+    "critic_pretrain": "critic.model_name_or_path", "value_head_prefix": "ds.value_head_prefix",
+    "agent_func_path": "train.agent_func_path", "prompt_data": "data.prompt_dataset",
+    "prompt_data_probs": "data.prompt_probs", "prompt_split": "data.prompt_split", "eval_dataset": "eval.dataset",
+    "eval_split": "eval.split", "eval_temperature": "eval.temperature",
+    "eval_n_samples_per_prompt": "eval.n_samples_per_prompt", "input_key": "data.input_key",
+    "label_key": "data.label_key", "input_template": "data.input_template",
+    "apply_chat_template": "data.apply_chat_template", "use_wandb": "logger.wandb.key", "wandb_org": "logger.wandb.org",
+    "wandb_group": "logger.wandb.group", "wandb_project": "logger.wandb.project",
+    "wandb_run_name": "logger.wandb.run_name", "dynamic_filtering": "algo.dynamic_filtering_enable",
+    "dynamic_filtering_reward_range": "algo.dynamic_filtering_range", "image_key": "data.image_key",
+    "max_images_per_prompt": "data.max_images_per_prompt", "freeze_visual_encoder": "actor.freeze_visual_encoder",
+    "use_tensorboard": "logger.tensorboard_dir",
+    # moved into add_optimizer_args(prefix) (v0.11.0 train_ppo_ray.py:445-474)
+    "actor_learning_rate": "actor.adam.lr", "critic_learning_rate": "critic.adam.lr",
+    "lr_warmup_ratio": "actor.lr_warmup_ratio", "lr_scheduler": "actor.lr_scheduler", "adam_betas": "actor.adam.betas",
+    "max_norm": "actor.max_norm", "l2": "actor.adam.weight_decay",
+    "ref_reward_offload": "ref.offload",  # split into --ref.offload and --reward.offload; GRPO has no reward model
+}
 
+
+def openrlhf_0_11_0(flags: dict[str, Any], other: list[tuple[str, str]]) -> None:
+    """OpenRLHF 0.11.0's importance-sampling switches as 0.11.2 spells them (its official examples at v0.11.0 use
+    ``--algo.advantage.is_correction_enable`` [``--algo.advantage.is_correction_type tis|icepop|seq-mask-tis``],
+    v0.11.0 openrlhf/cli/train_ppo_ray.py:256-272; 0.11.2 has ``is_correction_level off|token|seq`` and
+    ``is_correction_mode mask|clip`` instead, its train_ppo_ray.py:256-290, whose comment names the schemes: "TIS =
+    token clip, ICEPOP = token mask, seq-mask-tis = seq mask")."""
+    enable, kind = "algo.advantage.is_correction_enable", "algo.advantage.is_correction_type"
+    if enable not in flags and kind not in flags:
+        return
+    on = flags.pop(enable, False) is True
+    scheme = flags.pop(kind, "tis")
+    level, mode = {"tis": ("token", "clip"), "icepop": ("token", "mask"), "seq-mask-tis": ("seq", "mask")}.get(
+        str(scheme), (None, None))
+    if level is None or mode is None:
+        flags[kind] = scheme  # no 0.11.2 spelling: left as written, for the plan's check to name
+        if on:
+            flags[enable] = True
+        return
+    if on:
+        flags["algo.advantage.is_correction_level"] = level
+        flags["algo.advantage.is_correction_mode"] = mode
+    other.append((f"--{enable}" + (f" --{kind} {scheme}" if kind in flags or scheme != "tis" else ""),
+                  f"OpenRLHF 0.11.0's spelling: read as --algo.advantage.is_correction_level {level if on else 'off'}"
+                  + (f" --algo.advantage.is_correction_mode {mode}" if on else "") + " (0.11.2)"))
+
+
+def openrlhf_flags(argv: list[str], env: dict[str, str] | None = None,
+                   which: int | None = None) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """``--flag value`` / ``--switch`` arguments -> flag (without dashes) -> value, with YAML-ish typing; one argument
+    holding a script's text (or a command line) is read as a script: its ``train_ppo_ray`` command with the script's
+    variables and arrays expanded (``ray job submit ... -- python3 -m openrlhf.cli.train_ppo_ray ${ARGS[@]}``).
+    A flat pre-0.10.2 name becomes its 0.11 dotted name (:data:`OPENRLHF_FLAT`), reported in the second list."""
     if len(argv) == 1 and ("\n" in argv[0] or " " in argv[0]):
-        argv = shlex.split(argv[0].replace("\\\n", " "), comments=True)
-    if "openrlhf.cli.train_ppo_ray" in " ".join(argv):
-        argv = argv[next(i for i, t in enumerate(argv) if t.endswith("train_ppo_ray")) + 1:]
+        if OPENRLHF_ENTRY in argv[0]:
+            argv = one_command(script_commands(argv[0], OPENRLHF_ENTRY, env), OPENRLHF_ENTRY, which).words[1:]
+        else:
+            argv = [w.replace(HOLD, " ") for word in shell_words(argv[0].replace("\\\n", " "))
+                    for w in expand_word(word, dict(env or {}))]
+    elif any(t.endswith(OPENRLHF_ENTRY) for t in argv):
+        argv = argv[next(i for i, t in enumerate(argv) if t.endswith(OPENRLHF_ENTRY)) + 1:]
     flags: dict[str, Any] = {}
     other: list[tuple[str, str]] = []
     i = 0
@@ -405,12 +864,20 @@ def openrlhf_flags(argv: list[str]) -> tuple[dict[str, Any], list[tuple[str, str
             continue
         name, eq, inline = token[2:].partition("=")
         values: list[str] = [inline] if eq else []
-        while not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+        while not eq and i + 1 < len(argv) and not (argv[i + 1].startswith("--") and not is_number(argv[i + 1])):
             values.append(argv[i + 1])
             i += 1
+        if "." not in name and name in OPENRLHF_FLAT:
+            other.append((f"--{name}", f"OpenRLHF's flat name before 0.10.2: read as --{OPENRLHF_FLAT[name]}"))
+            name = OPENRLHF_FLAT[name]
         flags[name] = True if not values else typed(values[0]) if len(values) == 1 else [typed(v) for v in values]
         i += 1
+    openrlhf_0_11_0(flags, other)
     return flags, other
+
+
+def is_number(text: str) -> bool:
+    return not isinstance(typed(text), str) and not isinstance(typed(text), bool)
 
 
 def typed(text: str) -> Any:

@@ -5,6 +5,10 @@
     unirl import openrlhf train_grpo.sh | --flag value ...   a script's `train_ppo_ray` line, or the flags
     unirl import trl grpo_config.json                        GRPOConfig keyword arguments as a JSON object
 
+A script is read, never run: the variables and arrays it sets before the command are expanded (``${N:-8}``,
+``$((1024 * 2))``, ``${ARGS[@]}``); one it does not set stays as written unless ``--env NAME=VALUE`` gives it;
+``--command N`` picks the N-th training command of a script that has several.
+
 The recipe (YAML) goes to FILE or stdout; the report of what mapped to a recipe field, what stayed native
 (``framework.overrides``) and what was dropped (paths, unirl's reward wiring) goes to stderr.
 """
@@ -17,25 +21,29 @@ from pathlib import Path
 from typing import Any
 
 from unirl.cli.args import EXIT_OK, EXIT_USAGE, err
+from unirl.errors import UnirlError
 
 BACKENDS = ("verl", "openrlhf", "trl")
-USAGE = "usage: unirl import {verl,openrlhf,trl} NATIVE... [-o FILE] [--set FIELD=VALUE ...]"
+USAGE = ("usage: unirl import {verl,openrlhf,trl} NATIVE... [-o FILE] [--set FIELD=VALUE ...] [--env NAME=VALUE ...]"
+         " [--command N]")
 
 
-def read_native(backend: str, args: list[str]) -> tuple[dict[str, Any], list[tuple[str, str]], dict[str, str]]:
-    """(native key -> value, tokens that were not imported with why, keys dropped by name with why)."""
+def read_native(backend: str, args: list[str], env: dict[str, str] | None = None, which: int | None = None
+                ) -> tuple[dict[str, Any], list[tuple[str, str]], dict[str, str]]:
+    """(native key -> value, tokens that were not imported with why, keys dropped by name with why); ``env``: values
+    for the variables a script reads but does not set; ``which``: the command, where a script has several."""
     from unirl.backend.importing import hydra_values, openrlhf_flags, split_overrides, verl_command
 
     if backend == "verl":
         if len(args) == 1 and Path(args[0]).is_file():
-            overrides, other = verl_command(Path(args[0]).read_text())
+            overrides, other = verl_command(Path(args[0]).read_text(), env, which)
         else:
             overrides, other = split_overrides(args)
         return hydra_values(overrides), other, {}
     if backend == "openrlhf":
         if len(args) == 1 and Path(args[0]).is_file():
             args = [Path(args[0]).read_text()]
-        flags, other = openrlhf_flags(args)
+        flags, other = openrlhf_flags(args, env, which)
         return flags, other, {}
     if len(args) != 1:
         raise ValueError("trl takes one JSON file of GRPOConfig keyword arguments")
@@ -72,6 +80,24 @@ def cmd_import(args: list[str]) -> int:
             return EXIT_USAGE
         given[name] = yaml.safe_load(value)
         del args[at:at + 2]
+    env: dict[str, str] = {}
+    while "--env" in args:  # a variable the script reads but does not set: --env SLURM_JOB_NUM_NODES=1
+        at = args.index("--env")
+        name, eq, value = (args[at + 1] if at + 1 < len(args) else "").partition("=")
+        if not eq or not name:
+            err("--env needs NAME=VALUE (a shell variable the script reads but does not set)")
+            return EXIT_USAGE
+        env[name] = value
+        del args[at:at + 2]
+    which = None
+    if "--command" in args:
+        at = args.index("--command")
+        text = args[at + 1] if at + 1 < len(args) else ""
+        if not text.isdigit() or int(text) < 1:
+            err("--command needs N, the 1-based training command of the script")
+            return EXIT_USAGE
+        which = int(text)
+        del args[at:at + 2]
     for flag in ("-o", "--output"):
         if flag in args:
             at = args.index(flag)
@@ -92,8 +118,8 @@ def cmd_import(args: list[str]) -> int:
         err(USAGE)
         return EXIT_USAGE
     try:
-        native, other, dropped = read_native(backend, native_args)
-    except (ValueError, OSError) as exc:
+        native, other, dropped = read_native(backend, native_args, env, which)
+    except (ValueError, OSError, UnirlError) as exc:
         err(str(exc))
         return EXIT_USAGE
     from unirl.host.manager import get_host
