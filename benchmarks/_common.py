@@ -15,11 +15,79 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results"
 
 
+# The reference timing every result carries, so that numbers from two machines compare as ratios: a fixed float32
+# matmul loop on one torch thread (what a step's arithmetic costs) and a fixed pure-Python loop (what its overhead
+# costs: the embedded default's steps are mostly Python), each the median of 5 repeats, in a fresh interpreter.
+REFERENCE_SCRIPT = """
+import json, statistics, time
+def median(fn):
+    times = []
+    for _ in range(5):
+        t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
+    return statistics.median(times)
+def python_loop():
+    total = 0
+    for i in range(500_000):
+        total += i % 7
+out = {"python_loop_5e5_s": median(python_loop)}
+try:
+    import torch
+except ImportError:
+    out["matmul_256x100_s"] = None
+else:
+    torch.set_num_threads(1)
+    a = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    def matmul():
+        x = a
+        for _ in range(100):
+            x = torch.tanh(x @ a)
+    matmul()
+    out["matmul_256x100_s"] = median(matmul)
+print(json.dumps(out))
+"""
+
+
+def versions() -> dict[str, str | None]:
+    """The installed versions of what the measured runs use (read from package metadata: nothing is imported)."""
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for name in ("torch", "transformers", "trl", "unirl"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def reference_timing() -> dict[str, Any]:
+    """Seconds for the fixed loops of :data:`REFERENCE_SCRIPT` (run in this interpreter's Python, one thread)."""
+    out = subprocess.run([sys.executable, "-c", REFERENCE_SCRIPT], capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if out.returncode != 0:
+        return {"error": out.stderr[-500:]}
+    result: dict[str, Any] = json.loads(out.stdout)
+    result["loadavg"] = os.getloadavg()
+    return result
+
+
 def machine() -> dict[str, Any]:
     load = os.getloadavg()
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+    return {"cpu": platform.processor() or platform.machine(), "cpu_model": cpu_model(), "cores": os.cpu_count(),
             "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "python": sys.version.split()[0], "platform": platform.platform(), "loadavg_at_start": load}
+            "python": sys.version.split()[0], "platform": platform.platform(), "versions": versions(),
+            "loadavg_at_start": load}
 
 
 def timed(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> tuple[float, str]:
@@ -36,9 +104,14 @@ def summary(values: list[float]) -> dict[str, float]:
             "min": min(values), "max": max(values)}
 
 
-def save(name: str, data: dict[str, Any]) -> Path:
+def save(name: str, data: dict[str, Any], started: dict[str, Any] | None = None) -> Path:
+    """Write ``results/<name>.json``: the machine (``started``: :func:`machine` taken when the benchmark began, so
+    its load average is the one at the start; else taken now), the reference timing measured now, and ``data``."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({"machine": machine(), **data}, indent=2, default=str) + "\n")
+    taken = started or data.get("machine") or machine()  # a benchmark may have put its own machine() in data
+    rest = {k: v for k, v in data.items() if k != "machine"}
+    record = {"machine": {**taken, "reference": reference_timing()}, **rest}
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     print(f"wrote {path}")
     return path

@@ -88,7 +88,7 @@ def test_the_key_schema_catches_a_misspelled_override_without_verl() -> None:
 def test_the_launch_command_is_main_ppo_with_hydra_overrides() -> None:
     plan = VERL.plan(gpu_recipe("verl"))
     assert plan.command[:3] == ["python", "-m", "verl.trainer.main_ppo"]
-    assert "trainer.logger=[console]" in plan.command
+    assert "trainer.logger=[console,file]" in plan.command  # the file logger the follower reads
     assert "data.train_files='{run_dir}/data/train.parquet'" in plan.command
     assert [d.format for d in plan.data] == ["verl_parquet", "verl_parquet"]
     assert plan.data[0].rows == 10 * 8  # steps x prompts_per_step, in the seeded order

@@ -113,12 +113,20 @@ def run_check(python: str, module: str, payload: dict[str, Any], packages: list[
 # --- launching ------------------------------------------------------------------------------------------
 
 
+FOLLOWER_MODULE = "unirl.adapters.follow"
+
+
+def follower_prefix(run_dir: Path) -> list[str]:
+    """What a ``record_follower`` plan's command runs under, in the backend's interpreter (see unirl.record.follow)."""
+    return ["python", "-m", FOLLOWER_MODULE, "--run-dir", str(run_dir), "--"]
+
+
 def launch_command(plan: LaunchPlan, run_dir: Path) -> tuple[list[str], dict[str, str]]:
     """The command and extra environment that run the (resolved) plan where its backend lives."""
     env_spec = plan.environment
     pythonpath = [str(run_dir / CORE_DIR), *env_spec.reward_paths]
     env = {**plan.env, "PYTHONPATH": os.pathsep.join(pythonpath)}
-    command = list(plan.command)
+    command = [*follower_prefix(run_dir), *plan.command] if plan.record_follower else list(plan.command)
     if env_spec.kind == "in_process":
         return [sys.executable if c == "python" else c for c in command], env
     if env_spec.kind == "interpreter":

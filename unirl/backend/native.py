@@ -211,7 +211,7 @@ class NativeFramework:
                    **self.extra_files(recipe), **(BUILTIN_MODEL_FILES if builtin else {})},
             in_process=False, notes=[*t.notes, *self.notes(recipe), *([BUILTIN_MODEL_NOTE] if builtin else [])],
             recipe=asdict(recipe), data=self.data_exports(recipe), environment=self.environment(recipe),
-            auto=list(resolution.values))
+            auto=list(resolution.values), record_follower=True)
 
     # --- plan: the steps a plugin overrides ------------------------------------------------------------------
 

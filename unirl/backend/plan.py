@@ -102,6 +102,9 @@ class LaunchPlan:
     """The backend version the translation was made for (the installed one, else the plugin's tested one)."""
     auto: list[AutoValue] = field(default_factory=list)
     """The recipe's ``auto`` fields and what this backend resolved each to (``recipe`` holds the resolved values)."""
+    record_follower: bool = False
+    """The launch runs ``command`` under unirl's follower (``python -m unirl.adapters.follow``), which reads the
+    backend's own logs into the run record while it trains (every native backend; see unirl.record.follow)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -28,6 +28,8 @@ VERBS: dict[str, str] = {
     "advise": "unirl.cli.advise:cmd_advise",
     "explain": "unirl.cli.explain:cmd_explain",
     "compare": "unirl.cli.compare:cmd_compare",
+    "show": "unirl.cli.show:cmd_show",
+    "report": "unirl.cli.report_html:cmd_report",
     "stop": "unirl.cli.stop:cmd_stop",
     "resume": "unirl.cli.resume:cmd_resume",
     "plugins": "unirl.cli.listing:cmd_plugins",
@@ -63,7 +65,12 @@ verbs:
                                                  which backend fits a situation, and why
   explain FIELD [--json]                         one recipe field: meaning, unit, allowed values, default, and the
                                                  native key and default of every installed backend
-  compare MULTIRUN_DIR [--json]                  a sweep's members side by side (+ reward curves PNG)
+  compare MULTIRUN_DIR [--json]                  a sweep's members side by side, seeds aggregated per
+                                                 configuration (+ reward curves PNG)
+  show RUN_DIR [--step N] [--worst|--best|--errors] [--prompt TEXT] [--limit K] [--json]
+                                                 a run's scored completions by prompt: total, every reward
+                                                 and component, reward errors
+  report RUN_DIR|MULTIRUN_DIR [-o FILE]          one self-contained HTML page of a run or a sweep
   stop RUN_DIR                                   stop the run's job (local process, Ray job, Slurm job); a run
                                                  that ended, or a pid or job id not the run's, is refused
   resume RUN_DIR [--force] [OVERRIDE ...]        continue a run from its last complete checkpoint, with the

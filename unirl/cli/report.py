@@ -42,6 +42,10 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         shown = "n/a" if before is None else f"{before:.3f}"
         out.print(f"  held-out accuracy ({summary.get('eval_n')} prompts, greedy): {shown} -> "
                       f"{summary['accuracy_after']:.3f}  ({summary.get('distinct_completions')} distinct answers)")
+    stopped = summary.get("stopped_early")
+    if stopped:
+        out.print(f"  stopped early at step {stopped.get('step')} of {summary.get('steps_expected')}: "
+                  f"{stopped.get('reason')}")
     curve = reward_curve(run_dir)
     if curve:
         out.print(f"  reward by tenth of training: {' '.join(f'{v:.2f}' for v in curve)}  {sparkline(curve)}")

@@ -330,6 +330,9 @@ def hydra_main(argv: list[str], sweep_dir: Path | None = None) -> int:
         from unirl.launch.sweep import member_outcomes
 
         states = [m["state"] for m in member_outcomes(sweep_dir)] or states
+        from unirl.cli.compare import print_sweep_end
+
+        print_sweep_end(sweep_dir)  # the members side by side, and where they are
     if "invalid" in states:
         return EXIT_USAGE
     if "interrupted" in states:

@@ -32,4 +32,9 @@ BUILTIN_PLUGINS: tuple[BuiltinPlugin, ...] = (
     BuiltinPlugin("ray", "unirl.plugins.ray.plugin"),
     BuiltinPlugin("slurm", "unirl.plugins.slurm.plugin"),
     BuiltinPlugin("rewards", "unirl.plugins.builtin_rewards.plugin"),
+    # Experiment trackers (logging.trackers), one plugin each so the host isolates and counts each on its own.
+    BuiltinPlugin("tensorboard", "unirl.plugins.trackers.tensorboard"),
+    BuiltinPlugin("wandb", "unirl.plugins.trackers.wandb"),
+    BuiltinPlugin("mlflow", "unirl.plugins.trackers.mlflow"),
+    BuiltinPlugin("trackio", "unirl.plugins.trackers.trackio"),
 )

@@ -8,6 +8,9 @@ This is the one place where the recipe meets the plugin manager: :mod:`unirl.rec
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from unirl.host.calls import call_each
 from unirl.host.manager import Host, add_decorated
 from unirl.host.registry import Registry
 from unirl.recipe.compose import CONFIG_MODULE, shipped_recipes
-from unirl.recipe.schema import Recipe, recipe_from_dict, validate
+from unirl.recipe.schema import TRACKER_MODULES, Recipe, recipe_from_dict, uninstalled_tracker_problems, validate
 from unirl.recipe.toy_settings import warn_toy_settings
 from unirl.rewards.contract import RewardFunction
 from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec, entry_for, load_reward_file, probe_reward_file
@@ -97,8 +100,34 @@ def check(host: Host, recipe: Recipe) -> None:
         host.schedulers.entry(scheduler)
     register_reward_files(recipe, host.rewards)
     validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
-             more=data_problems(recipe))
+             more=[*data_problems(recipe), *tracker_install_problems(host, recipe)])
     warn_toy_settings(recipe)  # a valid recipe that is the toy's with a real model: say so, once
+
+
+def tracker_install_problems(host: Host, recipe: Recipe) -> list[FieldError]:
+    """Each of ``logging.trackers`` must be installed in the process that reports the run (``run.role == "run"``):
+    the backend's interpreter (``framework.python``; unirl's own when unset), where TRL's runner trains and where a
+    native backend's record follower runs (:mod:`unirl.record.follow`). Only ``importlib.util.find_spec`` of each
+    tracker's top-level module runs there: nothing is imported. A container image is not looked into (its trackers
+    fail, counted, at run time)."""
+    modules = {TRACKER_MODULES[t]: t for t in recipe.logging.trackers if t in TRACKER_MODULES}
+    host.frameworks.entry(recipe.framework["name"])
+    if not modules or recipe.framework.get("image"):
+        return []
+    python = recipe.framework.get("python")
+    # A folder of that name (W&B's own wandb/ output, say) is a namespace package with no origin, not the tracker.
+    if python is None:
+        missing = [m for m in modules if getattr(importlib.util.find_spec(m), "origin", None) is None]
+    else:
+        code = ("import importlib.util, sys\n"
+                "print(*[m for m in sys.argv[1:] if getattr(importlib.util.find_spec(m), 'origin', None) is None])")
+        try:
+            out = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            return []  # no such interpreter: the framework's own check names it
+        missing = out.stdout.split() if out.returncode == 0 else []
+    where = f"framework.python={python}" if python else f"this interpreter, {sys.executable}"
+    return uninstalled_tracker_problems(recipe, [modules[m] for m in missing], where)
 
 
 def register_reward_files(recipe: Recipe, registry: Registry[RewardFunction]) -> None:

@@ -15,6 +15,7 @@ running; None when the scheduler cannot tell), which keeps other writers out of 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +24,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
-from unirl.record.layout import SUMMARY, write_json
+from unirl.record.layout import CURVES, PLAN, SUMMARY, write_json
+
+log = logging.getLogger(__name__)
 
 JOB_RECORD = "job.json"
 BACKEND_LOG = "backend.log"
@@ -162,6 +165,26 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 
 def finish(run_dir: Path, scheduler: str, result: JobResult) -> JobResult:
     """Record how the job ended (state, exit code, error, the log tail of a failure) and return it."""
+    draw_missing_curves(run_dir, result)
     write_job_record(run_dir, scheduler, result.job_id, result.state, {}, exit_code=result.exit_code,
                      error=result.error, log_tail=result.log_tail[-4000:] if result.state != "completed" else "")
     return result
+
+
+def draw_missing_curves(run_dir: Path, result: JobResult) -> None:
+    """curves.png for a completed native run whose follower could not draw it (the backend's environment has no
+    matplotlib): drawn here from the same metrics.jsonl and eval.jsonl, by the same code (unirl.record.plot)."""
+    if result.state != "completed" or "follower" not in result.summary or (run_dir / CURVES).exists():
+        return
+    try:
+        plan = json.loads((run_dir / PLAN).read_text())
+    except (OSError, ValueError):
+        plan = {}
+    if not ((plan.get("recipe") or {}).get("logging") or {}).get("plot", True):
+        return
+    from unirl.record.plot import plot_run
+
+    try:
+        plot_run(run_dir)
+    except Exception as exc:  # a picture is never worth failing a finished run over
+        log.warning("unirl: could not draw %s: %s", run_dir / CURVES, exc)

@@ -180,6 +180,68 @@ class EvalConfig:
     accuracy_reward: str | None = setting(None, "Reward whose score decides \"solved\"; null = the first reward of "
                                           "the recipe.")
     accuracy_threshold: float = setting(1.0, "A held-out prompt counts as solved when that reward scores >= this.")
+    stop_after_plateau: int | None = setting(None, """Early stop: end training at a held-out evaluation (every
+        ``eval.every_steps`` steps, the one before training included) when this many evaluations in a row have not
+        raised the best held-out accuracy so far. The run is then completed at that step, with ``stopped_early:
+        {reason, step, accuracy}`` in summary.json and the weights of that step (not of the best evaluation). null =
+        never; needs data.eval and eval.every_steps > 0. TRL only: the native backends have no early stop and refuse
+        a value.""", unit="evaluations", at_least=1, typo_above=10**6)
+    stop_at_accuracy: float | None = setting(None, """Early stop: end training at the first held-out evaluation whose
+        accuracy is >= this (1.0: every held-out prompt solved), recorded like ``stop_after_plateau``. null = never;
+        needs data.eval and eval.every_steps > 0. TRL only (the native backends refuse a value).""",
+        unit="fraction of held-out prompts", above=0.0, at_most=1.0)
+
+
+TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")
+"""The experiment trackers ``logging.trackers`` names; each is a unirl plugin (:mod:`unirl.plugins.trackers`) whose
+package comes with ``pip install unirl[<name>]``, and ``TRACKER_MODULES`` is the module that extra installs."""
+TRACKER_MODULES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
+
+
+@dataclass
+class TensorBoardOptions:
+    dir: str | None = setting(None, """Where the event files go (a relative path is taken from the run directory);
+        null = <run dir>/tensorboard.""")
+
+
+@dataclass
+class WandbOptions:
+    project: str = setting("unirl", "W&B project.")
+    entity: str | None = setting(None, "W&B entity (user or team); null = the logged-in account's default.")
+    mode: str = setting("offline", """offline (written under the run directory, uploaded later with ``wandb sync``),
+        online (needs ``wandb login``) or disabled.""", choices=("offline", "online", "disabled"))
+    name: str | None = setting(None, """Run display name; null = the run directory's last two
+        parts (<run.name>-<time>).""")
+    group: str | None = setting(None, "W&B run group (a sweep's members, say); null = none.")
+    tags: list[str] = field(default_factory=list, metadata=documented("W&B run tags."))
+    dir: str | None = setting(None, """Where W&B writes its wandb/ folder (a relative path is taken from the run
+        directory); null = the run directory.""")
+
+
+@dataclass
+class MlflowOptions:
+    tracking_uri: str | None = setting(None, """MLflow tracking URI (a server's http://..., a database); null = a store
+        inside the run directory, sqlite:///<run dir>/mlflow.db.""")
+    experiment: str = setting("unirl", "MLflow experiment name (created when missing).")
+    run_name: str | None = setting(None, """MLflow run name; null = the run directory's last two
+        parts (<run.name>-<time>).""")
+
+
+@dataclass
+class TrackioOptions:
+    project: str = setting("unirl", "trackio project.")
+    name: str | None = setting(None, """trackio run name; null = the run directory's last two
+        parts (<run.name>-<time>).""")
+    space_id: str | None = setting(None, """A Hugging Face Space to sync to; null = local only (trackio's own store:
+        $TRACKIO_DIR, default ~/.cache/huggingface/trackio).""")
+
+
+@dataclass
+class TrackerOptions:
+    tensorboard: TensorBoardOptions = field(default_factory=TensorBoardOptions)
+    wandb: WandbOptions = field(default_factory=WandbOptions)
+    mlflow: MlflowOptions = field(default_factory=MlflowOptions)
+    trackio: TrackioOptions = field(default_factory=TrackioOptions)
 
 
 @dataclass
@@ -196,6 +258,10 @@ class LoggingConfig:
         reads either.""")
     plot: bool = setting(True, "Write curves.png (reward and held-out accuracy) at the end of the run.")
     progress: bool = setting(True, "Show a progress bar (steps, reward, time left) on the terminal.")
+    trackers: list[str] = field(default_factory=list, metadata=documented(f"""Experiment trackers that get unirl's
+        own record (metrics per step, held-out evaluations, the recipe, the summary) from the process that reports the
+        run: any of {list(TRACKERS)}; [] = none. Each needs ``pip install unirl[<name>]`` there."""))
+    tracker_options: TrackerOptions = field(default_factory=TrackerOptions)
 
 
 @dataclass
@@ -378,6 +444,36 @@ def reward_problems(recipe: Recipe, known_rewards: list[str]) -> list[FieldError
     return problems
 
 
+def early_stop_problems(recipe: Recipe) -> list[FieldError]:
+    """``eval.stop_after_plateau`` / ``eval.stop_at_accuracy`` decide at held-out evaluations during training: they
+    need held-out data and a cadence."""
+    problems = []
+    for name in ("stop_after_plateau", "stop_at_accuracy"):
+        value = getattr(recipe.eval, name)
+        if value is not None and (not recipe.data.eval or recipe.eval.every_steps < 1):
+            problems.append(FieldError(f"eval.{name}", value, "needs data.eval and eval.every_steps >= 1 (it decides "
+                                       f"at held-out evaluations during training; here data.eval={recipe.data.eval!r},"
+                                       f" eval.every_steps={recipe.eval.every_steps})"))
+    return problems
+
+
+def tracker_problems(recipe: Recipe) -> list[FieldError]:
+    """``logging.trackers``: each one of :data:`TRACKERS`, named once."""
+    problems = [FieldError(f"logging.trackers[{i}]", name, f"one of {list(TRACKERS)}")
+                for i, name in enumerate(recipe.logging.trackers) if name not in TRACKERS]
+    if len(set(recipe.logging.trackers)) != len(recipe.logging.trackers):
+        problems.append(FieldError("logging.trackers", list(recipe.logging.trackers), "each tracker may appear once"))
+    return problems
+
+
+def uninstalled_tracker_problems(recipe: Recipe, missing: Sequence[str], where: str) -> list[FieldError]:
+    """The recipe's trackers whose module (:data:`TRACKER_MODULES`) the caller found ``missing`` ``where`` the run
+    reports (an interpreter), each naming the extra that installs it."""
+    return [FieldError(f"logging.trackers[{i}]", name, f"a tracker installed where the run reports ({where}), which "
+                       f"has no module {TRACKER_MODULES[name]!r}: pip install 'unirl[{name}]' there")
+            for i, name in enumerate(recipe.logging.trackers) if name in missing]
+
+
 def validate(recipe: Recipe, known_rewards: list[str], known_engines: Sequence[str] = BUILTIN_ROLLOUT_ENGINES,
              more: Sequence[FieldError] = (), fields_only: bool = False) -> None:
     """Raise :class:`RecipeInvalid` listing every problem; cheap, imports nothing heavy.
@@ -399,6 +495,8 @@ def validate(recipe: Recipe, known_rewards: list[str], known_engines: Sequence[s
     problems += process_problems(recipe)
     problems += batch_problems(recipe)
     problems += reward_problems(recipe, known_rewards)
+    problems += tracker_problems(recipe)
+    problems += early_stop_problems(recipe)
     problems += list(more)
     if problems:
         raise RecipeInvalid(problems)

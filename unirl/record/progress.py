@@ -91,8 +91,9 @@ def unirl_metrics(run: RunInfo, step: int, metrics: dict[str, float]) -> None:
 def unirl_eval_done(run: RunInfo, step: int, summary: dict[str, Any], records: list[dict[str, Any]]) -> None:
     display = _DISPLAYS.get(str(run.run_dir))
     if display:
-        display.note(f"held-out eval at step {step}: accuracy {summary['accuracy']:.3f} "
-                     f"({summary['solved']}/{summary['n']}), mean reward {summary['reward_mean']:.3f}")
+        counted = f" ({summary['solved']}/{summary['n']})" if summary.get("n") is not None else ""
+        display.note(f"held-out eval at step {step}: accuracy {summary['accuracy']:.3f}{counted}, "
+                     f"mean reward {summary['reward_mean']:.3f}")
 
 
 @hookimpl

@@ -190,6 +190,10 @@ def _hub_model(r: Recipe) -> bool:
 
 # --- the mapping table ----------------------------------------------------------------------------------------
 
+NO_EARLY_STOP = ("null: NeMo RL 0.7's config has no early stop unirl maps (none in its key schema at v0.7.0); early "
+                 "stopping is TRL's (framework=trl)")
+"""Why eval.stop_after_plateau and eval.stop_at_accuracy are refused: TRL's runner alone stops early."""
+
 MAPPING: tuple[Mapping, ...] = (
     # algorithm and batch shape
     Mapping("algorithm.name", "grpo.adv_estimator.name", lambda r: "grpo", native_default="grpo"),
@@ -346,6 +350,11 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: not (r.eval.greedy and r.data.eval),
             supported_text="eval.greedy=false: NeMo RL 0.7 validates by sampling at policy.generation.temperature "
                            "(validate() passes greedy=False, grpo.py:3186-3210)"),
+    # eval.stop_after_plateau / eval.stop_at_accuracy: no early stop here (a value is refused, never dropped)
+    Mapping("eval.stop_after_plateau", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
     # checkpoints and logs, all inside the run directory
     Mapping("run.checkpoint_every", "checkpointing.save_period", lambda r: r.run.checkpoint_every or r.algorithm.steps,
             "0: only the last step (NeMo RL always saves the last step; a period of 0 would divide by zero)",
@@ -361,6 +370,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("logging.every_steps", "logger.log_dir", lambda r: in_run_dir("logs"),
             "NeMo RL logs every step into a new exp_NNN folder here; unirl's cadence applies to its own records",
             native_default="logs"),
+    # The TensorBoard logger writes <log_dir>/exp_NNN/tensorboard/ (nemo_rl/utils/logger.py:974-981, run_grpo.py:90,
+    # v0.7.0); unirl's follower reads every event file under the log directory.
+    Mapping("logging.every_steps", "logger.tensorboard_enabled", lambda r: True,
+            "NeMo RL's TensorBoard events, which unirl's follower reads into metrics.jsonl", native_default=False),
 )
 
 

@@ -41,6 +41,7 @@ from unirl.backend.native import (
 from unirl.backend.plan import RUN_DIR, LaunchPlan, in_run_dir
 from unirl.errors import FieldError, UnirlError, Unsupported
 from unirl.recipe.schema import Recipe
+from unirl.record.metrics_bridge import TB_DIR
 
 NAME = "openrlhf"
 CAPABILITIES = Capabilities(
@@ -216,6 +217,11 @@ def save_steps_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"run.checkpoint_every": max(int(value), 0)}
 
 
+NO_EARLY_STOP = ("null: OpenRLHF 0.11 trains every episode of --train.num_episodes and has no early stop on evaluation"
+                 " results (PPOTrainer.fit, openrlhf/trainer/ppo_trainer.py:503-580 @ 0.11.2); early stopping is TRL's"
+                 " (framework=trl)")
+"""Why eval.stop_after_plateau and eval.stop_at_accuracy are refused: TRL's runner alone stops early."""
+
 MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.advantage_norm", "algo.advantage.estimator", lambda r: ESTIMATOR[r.algorithm.advantage_norm],
             "group=group_norm (GRPO), none=dr_grpo, batch=reinforce_baseline", native_default="gae"),
@@ -297,6 +303,11 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("eval.greedy", "eval.temperature",
             lambda r: (0.0 if r.eval.greedy else r.algorithm.temperature) if r.data.eval else OMIT,
             "temperature 0 = greedy in vLLM", native_default=0.6, inverse=greedy_from),
+    # eval.stop_after_plateau / eval.stop_at_accuracy: no early stop here (a value is refused, never dropped)
+    Mapping("eval.stop_after_plateau", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("seed", "train.seed", lambda r: r.seed, native_default=42),
     Mapping("model.path", "actor.model_name_or_path", model_location, native_default=None),
     Mapping("model.dtype", "ds.param_dtype", lambda r: PARAM_DTYPE[r.model.dtype], allowed=tuple(PARAM_DTYPE),
@@ -330,6 +341,10 @@ MAPPING: tuple[Mapping, ...] = (
             native_default="./ckpt/checkpoints_ppo_ray"),
     Mapping("run.resume", "ckpt.load_enable", lambda r: store_true(r.run.resume), native_default=False),
     Mapping("logging.every_steps", "logger.logging_steps", lambda r: r.logging.every_steps, native_default=1),
+    # TensorboardLogger writes <dir>/<logger.wandb.run_name>/ (openrlhf/utils/logging_utils.py:115-120, 0.11.2),
+    # train/<key> and eval/<key> at global_step; unirl's follower reads every event file under it.
+    Mapping("logging.every_steps", "logger.tensorboard_dir", lambda r: in_run_dir(TB_DIR),
+            "OpenRLHF's TensorBoard events, which unirl's follower reads into metrics.jsonl", native_default=None),
 )
 
 

@@ -35,10 +35,11 @@ from unirl.backend.native import (
     prompt_budget_note,
 )
 from unirl.backend.native import micro_batch as native_micro_batch
-from unirl.backend.plan import LaunchPlan, MappedField
+from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
 from unirl.errors import FieldError, Unsupported
 from unirl.plugins.slime.model_args import ModelArgsError, megatron_model_args, model_config
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
+from unirl.record.metrics_bridge import TB_DIR
 
 MEGATRON_PATH = "/root/Megatron-LM"
 """Where both images keep Megatron-LM: its pip package installs only ``megatron.core``, so ``megatron.training``
@@ -81,6 +82,10 @@ def with_eval(r: Recipe, value: Any) -> Any:
 
 
 # --- the mapping table: rows shared by slime and vime ---------------------------------------------------------------
+
+NO_EARLY_STOP = ("null: slime trains --num-rollout rollouts and has no flag that stops on evaluation results (none "
+                 "among its 902 flags); early stopping is TRL's (framework=trl)")
+"""Why eval.stop_after_plateau and eval.stop_at_accuracy are refused: TRL's runner alone stops early."""
 
 COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.name", "--advantage-estimator", lambda r: "grpo", native_default="grpo"),
@@ -179,6 +184,11 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             "greedy: temperature 0; else the rollout temperature", native_default=None),
     Mapping("eval.greedy", "--n-samples-per-eval-prompt", lambda r: with_eval(r, 1),
             "one completion per held-out prompt (slime defaults to --n-samples-per-prompt)", native_default=None),
+    # eval.stop_after_plateau / eval.stop_at_accuracy: no early stop here (a value is refused, never dropped)
+    Mapping("eval.stop_after_plateau", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("seed", "--seed", lambda r: r.seed, native_default=1234),
     Mapping("seed", "--rollout-seed", lambda r: r.seed, "sampling seeds of the rollout engine", native_default=42),
     Mapping("model.path", "--hf-checkpoint", model_location,
@@ -218,6 +228,9 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("run.checkpoint_every", "--save", lambda r: CHECKPOINTS, native_default=None),
     Mapping("run.checkpoint_every", "--save-interval", lambda r: r.run.checkpoint_every or r.algorithm.steps,
             "0: save at the last step only (slime saves nothing without an interval)", native_default=None),
+    Mapping("logging.every_steps", "--use-tensorboard", lambda r: store_true(True),
+            "slime's TensorBoard events (TENSORBOARD_DIR, exported by the launch line), which unirl's follower reads "
+            "into metrics.jsonl", native_default=False),
 )
 
 
@@ -426,7 +439,11 @@ def launch_script(python: str, options: dict[str, Any], args: list[str], script:
     """The shell line: cd into the checkout, put Megatron-LM after unirl's PYTHONPATH, optionally source the
     model-args script, then exec train.py (exec keeps signals going to the trainer)."""
     steps = [f"cd {shlex.quote(str(options['workdir']))}",
-             f'export PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{options["megatron_path"]}"']
+             f'export PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{options["megatron_path"]}"',
+             # _TensorboardAdapter writes into $TENSORBOARD_DIR from each logging process (slime/utils/
+             # tensorboard_utils.py:30-47 @624b824); train.py's Ray cluster passes the driver's environment on, as
+             # for UNIRL_REWARD_SPEC. unirl's follower reads every event file there.
+             f"export TENSORBOARD_DIR={shlex.quote(in_run_dir(TB_DIR))}"]
     tail = ""
     if script:
         steps.append(f"source {shlex.quote(script)}")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from unirl.backend.environment import launch_command
+from unirl.backend.environment import follower_prefix, launch_command
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
 from unirl.launch.scheduler import (
@@ -265,8 +265,10 @@ def ray_bootstrap(plan: LaunchPlan, command: list[str], nodes: int, gpus: int) -
 
     ``ray`` is run as ``<backend python> -m ray.scripts.scripts`` (inside the container for image plans), so it is the
     backend's own Ray, whatever is on PATH."""
-    container_prefix = command[:len(command) - len(plan.command)]
-    python = command[len(container_prefix)] if plan.command and plan.command[0] == "python" else "python"
+    follower = len(follower_prefix(Path("."))) if plan.record_follower else 0  # not around `ray start`
+    container_prefix = command[:len(command) - len(plan.command) - follower]
+    python = command[len(container_prefix)] if follower or (plan.command and plan.command[0] == "python") \
+        else "python"
     ray = shlex.join([*container_prefix, python, "-m", "ray.scripts.scripts"])
     workers = nodes - 1
     gpu_flag = f" --gpus-per-node={gpus}" if gpus > 0 else ""

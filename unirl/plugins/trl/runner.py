@@ -321,6 +321,41 @@ def resume_point(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
             "dropped_lines": dropped, **taken}
 
 
+class EarlyStop:
+    """``eval.stop_after_plateau`` and ``eval.stop_at_accuracy``, decided at each held-out evaluation during training.
+
+    The evaluation before training (step 0) only sets the best accuracy the plateau is measured against; a stop is
+    decided at the evaluations every ``eval.every_steps`` steps, never before the first update. The weights at the
+    stop are those of that step (the run does not roll back to the best evaluation)."""
+
+    def __init__(self, recipe: Recipe) -> None:
+        self.patience = recipe.eval.stop_after_plateau
+        self.target = recipe.eval.stop_at_accuracy
+        self.best: float | None = None
+        self.stale = 0  # evaluations in a row since the best, none of them above it
+
+    @property
+    def active(self) -> bool:
+        return self.patience is not None or self.target is not None
+
+    def observe(self, step: int, accuracy: float) -> dict[str, Any] | None:
+        """Take one evaluation's accuracy; ``{reason, step, accuracy}`` when training should stop here."""
+        if self.best is None or accuracy > self.best:
+            self.best, self.stale = accuracy, 0
+        else:
+            self.stale += 1
+        if step == 0:
+            return None
+        if self.target is not None and accuracy >= self.target:
+            reason = (f"held-out accuracy {accuracy:.3f} reached eval.stop_at_accuracy={self.target:g}")
+        elif self.patience is not None and self.stale >= self.patience:
+            reason = (f"held-out accuracy plateaued: {self.stale} evaluations in a row without rising above its best "
+                      f"{self.best:.3f} (eval.stop_after_plateau={self.patience})")
+        else:
+            return None
+        return {"reason": reason, "step": step, "accuracy": accuracy}
+
+
 def check_updates(summary: dict[str, Any], recipe: Recipe, train_rows: int) -> None:
     """The run's state from what TRL did: ``completed`` only when it generated every rollout batch and made every
     optimizer update the recipe asks for (``algorithm.steps`` rollout batches, each feeding
@@ -332,12 +367,14 @@ def check_updates(summary: dict[str, Any], recipe: Recipe, train_rows: int) -> N
     ``max_steps`` override asks for fewer; either is a failed run, with what ran and why in the summary."""
     per_step = updates_per_step(recipe)
     steps = recipe.algorithm.steps
-    expected = steps * per_step
+    # an early stop (eval.stop_after_plateau / stop_at_accuracy) ends the run, completed, at the step it names
+    until = int(summary["stopped_early"]["step"]) if summary.get("stopped_early") else steps
+    expected = until * per_step
     updates = int(summary.get("updates") or 0)
     batches = int(summary.get("rollout_batches") or 0)
     done = min(updates // per_step, batches)
     summary.update(updates_expected=expected, steps_completed=done, steps=done, steps_expected=steps)
-    if updates >= expected and batches >= steps:
+    if updates >= expected and batches >= until:
         summary["state"] = "completed"
         return
     summary["state"] = "failed"
@@ -540,16 +577,38 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             every = recipe.eval.every_steps
-            if eval_rows and every and state.global_step % (every * per_step) == 0 \
-                    and state.global_step < args.max_steps:
-                run_eval(state.global_step // per_step)
+            # the same test on every rank (data.eval, not eval_rows: only rank 0 holds those), so that all take the
+            # early-stop decision together
+            if not (recipe.data.eval and every and state.global_step % (every * per_step) == 0
+                    and state.global_step < args.max_steps):
+                return
+            step = state.global_step // per_step
+            stop = None
+            if eval_rows:
+                result = run_eval(step)
+                last_eval["step"], last_eval["result"] = step, result
+                stop = early.observe(step, result["accuracy"])
+            if early.active:
+                stop = group.share(stop)  # rank 0 decides; every rank must leave the loop at the same step
+            if stop is not None:
+                summary["stopped_early"] = stop
+                status(recipe, f"stopping early at step {step}: {stop['reason']}")
+                # transformers 5.24 trainer.py:1971-1973: the training loop breaks after on_step_end when set
+                control.should_training_stop = True
 
+    early = EarlyStop(recipe)
+    group: Ranks = ranks  # narrowed for the callback class below
+    last_eval: dict[str, Any] = {}  # the latest held-out evaluation during training: the final one after an early stop
     if resumed_from is not None:
-        before = [e for e in read_jsonl(run_dir / EVAL) if e.get("kind") == "summary" and e.get("step") == 0]
+        earlier = [e for e in read_jsonl(run_dir / EVAL) if e.get("kind") == "summary"]
+        before = [e for e in earlier if e.get("step") == 0]
         if before:
             summary["accuracy_before"] = before[-1]["accuracy"]
+        for e in earlier:  # the evaluations the resumed run already made count towards a plateau
+            early.observe(int(e["step"]), float(e["accuracy"]))
     elif eval_rows and recipe.eval.before_training:
         summary["accuracy_before"] = run_eval(0)["accuracy"]
+        early.observe(0, summary["accuracy_before"])
     t_train = time.monotonic()
     if not training_done:
         # mini_batches: the adapter's step is global_step // it + 1, so it takes TRL's updates per unirl step
@@ -571,7 +630,11 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
     if peers is not None and ranks.world > 1:  # the other ranks' reward calls, counted once each
         peers.extend(p for p in ranks.gather(asdict(rewards.stats))[1:])
     if eval_rows:
-        final = run_eval(recipe.algorithm.steps)
+        stopped = summary.get("stopped_early")
+        # stopped early: that step's evaluation is the final one (no update since; evaluating again would only
+        # repeat it in eval.jsonl)
+        final = last_eval["result"] if stopped and last_eval.get("step") == stopped["step"] \
+            else run_eval(recipe.algorithm.steps)
         summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
                        distinct_completions=final["distinct_completions"])
     check_updates(summary, recipe, len(train_rows))  # completed, or failed with what ran (zero updates included)

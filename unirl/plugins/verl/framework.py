@@ -31,8 +31,9 @@ from unirl.backend.native import (
     prompt_budget_note,
     reward_paths,
 )
-from unirl.backend.plan import LaunchPlan
+from unirl.backend.plan import LaunchPlan, in_run_dir
 from unirl.recipe.schema import Recipe
+from unirl.record.metrics_bridge import ATTEMPT, NATIVE_DIR, TB_DIR, verl_metrics_file
 
 NAME = "verl"
 CAPABILITIES = Capabilities(
@@ -82,6 +83,17 @@ def warmup_steps(r: Recipe) -> int:
     sizes it by ``trainer.total_training_steps`` (verl/trainer/ppo/ray_trainer.py:435-447,
     verl/workers/engine/fsdp/transformer_impl.py:503-531)."""
     return r.algorithm.warmup_steps // updates_per_step(r)
+
+
+def wants_tensorboard(r: Recipe) -> bool:
+    """Whether the user's trackers ask for TensorBoard (``logging.trackers``), so verl writes its own events too."""
+    return "tensorboard" in r.logging.trackers
+
+
+def verl_loggers(r: Recipe) -> list[str]:
+    """verl's Tracking backends (verl/utils/tracking.py:49-60, 0.9.1): the console, the ``file`` logger unirl's
+    follower reads, and ``tensorboard`` when the user's trackers ask for it."""
+    return ["console", "file", *(["tensorboard"] if wants_tensorboard(r) else [])]
 
 
 # --- `unirl import verl`: the inverses of the rows that are more than a rename (unirl.backend.importing) -------------
@@ -155,6 +167,11 @@ def save_freq_from(value: Any, view: NativeView) -> dict[str, Any]:
         raise ValueError(f"{value!r}: a number of training steps")
     return {"run.checkpoint_every": max(value, 0)}
 
+
+NO_EARLY_STOP = ("null: verl 0.9 trains until trainer.total_training_steps and has no early stop on validation metrics"
+                 " (RayPPOTrainer.fit, verl/trainer/ppo/ray_trainer.py:1405-1507 @ 0.9.1); early stopping is TRL's "
+                 "(framework=trl)")
+"""Why eval.stop_after_plateau and eval.stop_at_accuracy are refused: TRL's runner alone stops early."""
 
 MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.name", "algorithm.adv_estimator", lambda r: "grpo", native_default="gae"),
@@ -261,13 +278,19 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("eval.before_training", "trainer.val_before_train",
             lambda r: bool(r.eval.before_training and r.data.eval), native_default=True),
     Mapping("eval.greedy", f"{R}.val_kwargs.do_sample", lambda r: not r.eval.greedy, native_default=False),
+    # eval.stop_after_plateau / eval.stop_at_accuracy: no early stop here (a value is refused, never dropped)
+    Mapping("eval.stop_after_plateau", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
+            supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("run.checkpoint_every", "trainer.save_freq", lambda r: r.run.checkpoint_every or -1, native_default=-1,
             inverse=save_freq_from),
     Mapping("run.resume", "trainer.resume_mode", lambda r: "auto" if r.run.resume else "disable",
             "verl resumes from the latest checkpoint by default", native_default="auto"),
     Mapping("run.name", "trainer.experiment_name", lambda r: r.run.name, native_default="gsm8k"),
-    Mapping("logging.every_steps", "trainer.logger", lambda r: ["console"],
-            "unirl reads verl's console metrics; add wandb through framework.overrides",
+    Mapping("logging.every_steps", "trainer.logger", verl_loggers,
+            "verl's file logger (and tensorboard when logging.trackers has it) into the run directory, which unirl's "
+            "follower reads into metrics.jsonl; add wandb through framework.overrides",
             native_default=["console", "wandb"]),
     Mapping("run.name", "trainer.default_local_dir", lambda r: CHECKPOINTS,
             native_default="checkpoints/${trainer.project_name}/${trainer.experiment_name}"),
@@ -298,8 +321,16 @@ class VerlFramework(NativeFramework):
     def launch_keys(self, recipe: Recipe) -> dict[str, Any]:
         """Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start."""
         pythonpath = ":".join([CORE_PATH, *reward_paths(recipe)])
-        return {"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": pythonpath,
-                "+ray_kwargs.ray_init.runtime_env.env_vars.UNIRL_REWARD_SPEC": SPEC_PATH}
+        env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+        keys = {f"{env}.PYTHONPATH": pythonpath, f"{env}.UNIRL_REWARD_SPEC": SPEC_PATH,
+                # Tracking lives in the TaskRunner Ray actor (verl/trainer/main_ppo.py), so its file logger's path
+                # goes through the runtime env, absolute, one file per attempt: FileLogger opens it with "wb"
+                # (verl/utils/tracking.py:534-541), which would truncate an earlier attempt's; the follower fills
+                # in {attempt}. FileLogger makes no directory for it: the follower creates native/ first.
+                f"{env}.VERL_FILE_LOGGER_PATH": in_run_dir(NATIVE_DIR, verl_metrics_file(ATTEMPT))}
+        if wants_tensorboard(recipe):  # _TensorboardAdapter reads TENSORBOARD_DIR (tracking.py:551-560)
+            keys[f"{env}.TENSORBOARD_DIR"] = in_run_dir(TB_DIR)
+        return keys
 
     def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
         return ["python", "-m", "verl.trainer.main_ppo", *to_overrides(native)]

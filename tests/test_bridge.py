@@ -1,0 +1,377 @@
+"""The metrics bridge: native backends' own logs, read while they run, become one run record for every backend.
+
+What is asserted is what a user sees in the run directory (metrics.jsonl, eval.jsonl, summary.json, curves.png,
+manifest.json) when the backends' own logging code writes the logs: verl 0.9.1's ``Tracking`` (its ``file`` and
+``tensorboard`` backends) in the verl venv, OpenRLHF 0.11.2's ``TensorboardLogger`` in its venv, torch's
+``SummaryWriter`` as slime's logging path drives it from two processes (tests/backends/*_harness.py say which source
+lines each reproduces). The runs go through unirl's real launch path: the verl plugin's plan and ``prepare_run``,
+the local scheduler, ``launch_command`` wrapping the command in the follower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import unirl.backend.native
+from tests.support.backend_recipes import gpu_recipe
+from tests.support.helpers import REPO, backend_python, read_jsonl
+from unirl.backend.environment import launch_command
+from unirl.backend.plan import LaunchPlan
+from unirl.host.manager import get_host
+from unirl.host.planning import prepare_run
+from unirl.launch.scheduler import JobResult
+from unirl.plugins.local.scheduler import LocalScheduler
+from unirl.plugins.openrlhf.framework import OpenRlhfFramework
+from unirl.plugins.verl.framework import VerlFramework
+from unirl.record.tb_events import EventFileReader, event_files
+
+HARNESSES = REPO / "tests" / "backends"
+VERL_FILE_KEY = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
+
+
+def native_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, framework: object, backend: str, python: Path,
+               harness: list[str], steps: int, env: dict[str, str] | None = None, **recipe: object) -> LaunchPlan:
+    """The backend plugin's own plan, prepared by unirl's launch code (light core, plugins, reward spec, data,
+    plan.json), then its command swapped for a harness that logs through the backend's own logger."""
+    monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)  # no GPUs here; nothing uses them
+    plan = framework.plan(gpu_recipe(backend, algorithm={"steps": steps, "prompts_per_step": 8},  # type: ignore[attr-defined]
+                                     options={"python": str(python)}, **recipe))
+    resolved = prepare_run(get_host(), plan, tmp_path / "run")
+    return replace(resolved, command=["python", *harness], env={**resolved.env, **(env or {})})
+
+
+def submit(plan: LaunchPlan, run_dir: Path) -> JobResult:
+    return LocalScheduler().submit(plan, run_dir, {})
+
+
+# --- the TensorBoard reader ---------------------------------------------------------------------------------------
+
+
+def test_both_decoders_read_torch_summarywriter_files_alike_and_resume_after_a_torn_record(tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    for step in range(1, 6):
+        writer.add_scalar("train/a", 0.01 * step, step)
+        writer.add_scalar("train/b", -3.5e7 + step, step)
+    writer.add_text("train/text", "not a scalar", 1)
+    writer.add_scalar("train/new_style", 2.5, 9, new_style=True)  # a tensor summary, not simple_value
+    writer.close()
+    [path] = event_files(tmp_path / "tb")
+    reference = EventFileReader(path, use_tensorboard=True)
+    assert reference.use_tensorboard, "tensorboard (unirl[tensorboard]) is the reference this test compares against"
+    ours, theirs = EventFileReader(path, use_tensorboard=False).read(), reference.read()
+    assert ours == theirs and len(ours) == 11
+    assert ours[0].value == pytest.approx(0.01, rel=1e-6) and ours[0].value != 0.01  # TensorBoard stores float32
+    assert ours[-1].tag == "train/new_style" and ours[-1].step == 9 and ours[-1].value == 2.5
+
+    data = path.read_bytes()
+    growing = tmp_path / "grow" / path.name
+    growing.parent.mkdir()
+    cut = len(data) - 10  # inside the last record, a scalar
+    growing.write_bytes(data[:cut])
+    readers = [EventFileReader(growing, use_tensorboard=False), EventFileReader(growing, use_tensorboard=True)]
+    first = [reader.read() for reader in readers]
+    assert first[0] == first[1] and len(first[0]) == 10
+    growing.write_bytes(data)  # the writer finishes the record
+    rest = [reader.read() for reader in readers]
+    assert first[0] + rest[0] == ours and first[1] + rest[1] == ours
+
+
+@pytest.mark.openrlhf
+def test_both_decoders_read_openrlhfs_own_logger_alike(tmp_path: Path) -> None:
+    python = backend_python("openrlhf")
+    subprocess.run([str(python), str(HARNESSES / "openrlhf_tb_harness.py"), "--dir", str(tmp_path), "--steps", "3",
+                    "--eval-steps", "2"], check=True, capture_output=True, timeout=300)
+    [path] = event_files(tmp_path)
+    assert path.parent.name == "ppo_0101T00:00"  # OpenRLHF writes <tensorboard_dir>/<wandb.run_name>/
+    ours, theirs = EventFileReader(path, False).read(), EventFileReader(path, True).read()
+    assert ours == theirs and {"train/policy_loss", "eval/eval_arith_pass1"} <= {s.tag for s in ours}
+
+
+# --- verl: its own Tracking under the follower, through the local scheduler -----------------------------------------
+
+
+@pytest.fixture
+def verl_python() -> Path:
+    return backend_python("verl")
+
+
+def verl_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, python: Path, *args: str, steps: int = 4,
+              loggers: str = "file") -> LaunchPlan:
+    plan = native_run(tmp_path, monkeypatch, VerlFramework(), "verl", python,
+                      [str(HARNESSES / "verl_tracking_harness.py"), "--steps", str(steps), "--loggers", loggers,
+                       *args], steps)
+    # What the plan sends through verl's Ray runtime env reaches the stand-in through its environment.
+    overrides = json.loads((tmp_path / "run" / "plan.json").read_text())["native_config"]["overrides"]
+    env = {"VERL_FILE_LOGGER_PATH": overrides[VERL_FILE_KEY], "TENSORBOARD_DIR": str(tmp_path / "run/native/tb")}
+    return replace(plan, env={**plan.env, **env})
+
+
+@pytest.mark.verl
+def test_verls_own_file_logger_becomes_metrics_eval_summary_and_curves(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        verl_python: Path) -> None:
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--val-steps", "0,4", "--score", "3")
+    run_dir = tmp_path / "run"
+    command, _ = launch_command(plan, run_dir)
+    assert command[:6] == [str(verl_python), "-m", "unirl.adapters.follow", "--run-dir", str(run_dir), "--"]
+    result = submit(plan, run_dir)
+    assert result.state == "completed", result.log_tail
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]  # step 0 was validation only: eval.jsonl, not a training row
+    first = rows[0]
+    # verl's names in unirl's vocabulary (unirl/record/vocabulary.py VERL), every other one kept as native/<name>
+    for name in ("loss", "policy_loss", "kl", "entropy", "clip_ratio", "grad_norm", "lr", "reward/total/mean",
+                 "completion_len/mean", "completion_truncated/frac", "step_time_s", "tokens_per_s"):
+        if name != "loss":  # the stand-in logs no actor/loss (verl's total loss comes from the engine)
+            assert name in first, name
+    assert first["lr"] == pytest.approx(1e-6) and first["grad_norm"] == pytest.approx(1.5)
+    assert first["step_time_s"] == pytest.approx(0.51) and "native/actor/pg_clipfrac_lower" in first
+    assert "native/training/global_step" not in first  # a step counter, not a metric
+    assert rows[1]["kl"] is None  # verl wrote NaN as null: it stays a missing value (null in metrics.jsonl), not 0
+    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
+    assert [e["step"] for e in evals] == [0, 4]
+    assert evals[0]["accuracy"] == pytest.approx(0.25) and evals[1]["accuracy"] == pytest.approx(1.0)
+    assert evals[0]["reward_mean"] == pytest.approx(0.5) and evals[0]["accuracy_reward"] == "math_answer"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["exit_code"] == 0 and summary["steps_logged"] == 4
+    assert summary["rollout_batches"] == 4 and summary["native_logs"] == ["native/verl_metrics.1.jsonl"]
+    # unirl's reward log, appended by the adapter verl calls, is merged: every scored completion is counted
+    assert summary["reward_log_records"] == 4 * 3 and summary["reward_errors"] == 0
+    assert (run_dir / "curves.png").stat().st_size > 10_000  # drawn by the host: the verl venv has no matplotlib
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["framework"] == "verl" and manifest["data"]["train"]["sha256"]
+    assert manifest["rewards"]["math_answer"]["module"] == "unirl.plugins.builtin_rewards.math_answer"
+
+
+@pytest.mark.verl
+def test_verls_tensorboard_and_file_loggers_give_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              verl_python: Path) -> None:
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, steps=3, loggers="file,tensorboard")
+    run_dir = tmp_path / "run"
+    assert submit(plan, run_dir).state == "completed"
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]  # one row per step: both files fill the same rows
+    [events] = event_files(run_dir / "native" / "tb")
+    from_tb = {(s.step, s.tag): s.value for s in EventFileReader(events, False).read()}
+    assert from_tb[(1, "actor/grad_norm")] == pytest.approx(rows[0]["grad_norm"])
+    assert from_tb[(3, "timing_s/step")] == pytest.approx(rows[2]["step_time_s"], rel=1e-6)
+
+
+@pytest.mark.verl
+def test_a_failing_verl_run_keeps_what_it_logged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 verl_python: Path) -> None:
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--fail-after", "2", steps=5)
+    run_dir = tmp_path / "run"
+    result = submit(plan, run_dir)
+    assert result.state == "failed" and result.exit_code == 3
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "failed" and summary["error"] == "the backend exited with status 3"
+    assert not (run_dir / "curves.png").exists()
+
+
+@pytest.mark.verl
+def test_sigterm_to_the_follower_mid_run_stops_the_backend_keeps_the_record_and_ends_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--sleep", "1.0", steps=30)
+    run_dir = tmp_path / "run"
+    results: list[JobResult] = []
+    thread = threading.Thread(target=lambda: results.append(submit(plan, run_dir)))
+    thread.start()
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and (not metrics.exists() or len(read_jsonl(metrics)) < 2):
+        time.sleep(0.2)
+    follower = int(json.loads((run_dir / "job.json").read_text())["job_id"])
+    os.kill(follower, signal.SIGTERM)
+    thread.join(120)
+    assert results, "the run did not end after SIGTERM"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "cancelled" and summary["signals"] == ["SIGTERM"]
+    assert summary["exit_code"] == -signal.SIGTERM  # the backend got the forwarded signal and died of it
+    steps = [r["step"] for r in read_jsonl(metrics)]
+    assert 2 <= len(steps) < 30 and steps == list(range(1, len(steps) + 1))
+    assert results[0].exit_code == -signal.SIGTERM  # the follower ended itself the same way
+
+
+# --- OpenRLHF: its own TensorboardLogger under the follower -------------------------------------------------------
+
+
+@pytest.mark.openrlhf
+def test_openrlhfs_own_tensorboard_logger_becomes_metrics_and_eval(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    python = backend_python("openrlhf")
+    plugin = OpenRlhfFramework()
+    probe = plugin.plan(gpu_recipe("openrlhf"))
+    flag = probe.command.index("--logger.tensorboard_dir")
+    assert probe.command[flag + 1] == "{run_dir}/native/tb"
+    plan = native_run(tmp_path, monkeypatch, plugin, "openrlhf", python,
+                      [str(HARNESSES / "openrlhf_tb_harness.py"), "--dir", "{tb}", "--steps", "4",
+                       "--eval-steps", "2", "--sleep", "0.3"], 4)
+    run_dir = tmp_path / "run"
+    plan = replace(plan, command=[c.replace("{tb}", str(run_dir / "native" / "tb")) for c in plan.command])
+    result = submit(plan, run_dir)
+    assert result.state == "completed", result.log_tail
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[1]["policy_loss"] == pytest.approx(0.05) and rows[1]["reward/total/mean"] == pytest.approx(0.2)
+    assert rows[1]["step_time_s"] == pytest.approx(1.75) and rows[1]["native/train/timing/generation"] == 1.0
+    assert "native/train/generated_samples" not in rows[1]  # text, not a scalar
+    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
+    assert [(e["step"], round(e["accuracy"], 3)) for e in evals] == [(2, 0.4), (4, 0.8)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["steps_logged"] == 4
+    assert (run_dir / "curves.png").exists()
+
+
+# --- slime: two processes, two step axes, one directory --------------------------------------------------------------
+
+
+def test_slimes_two_writers_are_read_file_by_file_and_rebased_to_rollouts(tmp_path: Path) -> None:
+    """slime's actor logs per optimizer update, its rollout manager per rollout, both into TENSORBOARD_DIR."""
+    from unirl.adapters.common import trajectory_record
+    from unirl.record.follow import Follower
+    from unirl.record.layout import ROLE_SCORER, RunInfo
+    from unirl.record.run_recorder import RunRecorder
+    from unirl.rewards.contract import Sample
+    from unirl.rewards.executor import ScoredSample
+
+    run_dir = tmp_path / "run"
+    tb = run_dir / "native" / "tb"
+    script = HARNESSES / "slime_tb_harness.py"
+    recipe = {"algorithm": {"steps": 3, "mini_batches_per_step": 2}, "rewards": [{"name": "math_answer"}]}
+    both = (f"{sys.executable} {script} --role actor --rollouts 3 --steps-per-rollout 2 --sleep 0.2 & "
+            f"{sys.executable} {script} --role rollout --rollouts 3 --eval-every 2 --sleep 0.2; wait")
+    # unirl's reward log, where its records say which step they scored (no native adapter knows its step today;
+    # written here through the run record's own writer, as a scorer would): those columns win over slime's
+    run_dir.mkdir(parents=True)
+    scored = [ScoredSample(scores={"math_answer": v}, components={"math_answer/has_answer": 1.0}, errors={}, info={},
+                           total=v) for v in (1.0, 0.0)]
+    records = [trajectory_record(Sample(prompt="1+2=", completion=c), r, step=2)
+               for c, r in zip(("3", "4"), scored, strict=True)]
+    RunRecorder(RunInfo(run_dir, "slime", recipe, role=ROLE_SCORER), get_host().lifecycle).rollouts_scored(2, records)
+    follower = Follower(RunInfo(run_dir, "slime", recipe), ["bash", "-c", both], get_host().lifecycle,
+                        interval=0.1, env={**os.environ, "TENSORBOARD_DIR": str(tb)})
+    assert follower.run_child() == 0
+    assert len(event_files(tb)) == 2  # one writer per process
+    rows = {r["step"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
+    assert sorted(rows) == [1, 2, 3]
+    # train/step = rollout_id x 2 + step_id: the two updates of each rollout are averaged into its step
+    assert rows[1]["loss"] == 0.5 and rows[2]["loss"] == 2.5 and rows[3]["grad_norm"] == 5.5
+    assert rows[1]["reward/total/mean"] == pytest.approx(0.1) and rows[3]["step_time_s"] == 4.0
+    assert rows[2]["reward/total/mean"] == 0.5 and rows[2]["reward/math_answer/mean"] == 0.5  # from unirl's log
+    assert rows[2]["reward/math_answer/has_answer"] == 1.0 and rows[2]["reward/errors"] == 0
+    assert rows[1]["native/rollout/rewards"] == 0.0 and "native/train/step" not in rows[1]
+    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
+    assert [(e["step"], round(e["accuracy"], 2)) for e in evals] == [(1, 0.25), (3, 0.75)]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["steps_logged"] == 3
+
+
+# --- the wiring: every native backend logs into the run directory, and its command runs under the follower ----------
+
+
+def test_every_native_plan_switches_its_own_logger_on_into_the_run_directory() -> None:
+    from unirl.plugins.nemo_rl.framework import NemoRlFramework
+    from unirl.plugins.slime.framework import SlimeFramework, VimeFramework
+
+    verl = VerlFramework().plan(gpu_recipe("verl"))
+    assert "trainer.logger=[console,file]" in verl.command
+    assert (f"{VERL_FILE_KEY}='{{run_dir}}/native/verl_metrics.{{attempt}}.jsonl'" in verl.command)
+    assert not any("TENSORBOARD_DIR" in arg for arg in verl.command)  # only when logging.trackers asks for it
+    assert not any("reads verl's console" in row.note for row in verl.mapping)
+    from unirl.recipe.schema import LoggingConfig
+
+    tracked = VerlFramework().plan(gpu_recipe("verl", logging=LoggingConfig(trackers=["tensorboard"])))
+    assert "trainer.logger=[console,file,tensorboard]" in tracked.command
+    assert ("+ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR='{run_dir}/native/tb'" in tracked.command)
+    openrlhf = OpenRlhfFramework().plan(gpu_recipe("openrlhf"))
+    assert openrlhf.native_config["flags"]["logger.tensorboard_dir"] == "{run_dir}/native/tb"
+    nemo = NemoRlFramework().plan(gpu_recipe("nemo_rl", options={"max_total_sequence_length": 1024}))
+    assert "logger.tensorboard_enabled=true" in nemo.command and "logger.log_dir='{run_dir}/logs'" in nemo.command
+    for family in (SlimeFramework(), VimeFramework()):
+        plan = family.plan(gpu_recipe(family.name, engine="sglang" if family.name == "slime" else "vllm",
+                                      options={"model_args": "--num-layers 2"}))
+        assert " --use-tensorboard" in plan.command[2]
+        assert "export TENSORBOARD_DIR='{run_dir}/native/tb' && " in plan.command[2]
+    for plan in (verl, openrlhf, nemo):
+        assert plan.record_follower
+
+
+def test_the_launch_wraps_native_commands_in_the_follower_and_leaves_trl_alone(tmp_path: Path) -> None:
+    from unirl.plugins.trl.framework import TrlFramework
+    from unirl.recipe.schema import Recipe
+
+    verl = VerlFramework().plan(gpu_recipe("verl")).resolve(str(tmp_path))
+    command, _ = launch_command(verl, tmp_path)
+    assert command[:6] == ["python", "-m", "unirl.adapters.follow", "--run-dir", str(tmp_path), "--"]
+    assert command[6:] == verl.command
+    trl = TrlFramework().plan(Recipe())
+    assert not trl.record_follower and launch_command(trl, tmp_path)[0][:1] == [sys.executable]
+
+
+@pytest.mark.verl
+@pytest.mark.ray
+@pytest.mark.slow
+def test_verls_own_logger_under_the_follower_as_a_ray_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         verl_python: Path) -> None:
+    """The same launch through scheduler=ray: the follower is the job's entrypoint on a real head (loopback)."""
+    from tests.support.helpers import require_module
+    from tests.support.ray_head import RayHead
+    from unirl.plugins.ray.scheduler import RayScheduler
+
+    require_module("ray.job_submission", "pip install -e '.[ray,sweep]'")
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--val-steps", "3", steps=3)
+    head = RayHead().start()
+    try:
+        result = RayScheduler().submit(plan, tmp_path / "run", {"address": head.address, "poll_s": 0.5})
+    finally:
+        head.stop()
+    run_dir = tmp_path / "run"
+    assert result.state == "completed", result.log_tail
+    assert "unirl.adapters.follow" in json.loads((run_dir / "job.json").read_text())["submitted"]["entrypoint"]
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
+    assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"
+    assert (run_dir / "curves.png").exists()
+
+
+def test_a_slurm_script_runs_only_the_backend_under_the_follower_never_ray_start(tmp_path: Path) -> None:
+    from unirl.plugins.slurm.scheduler import SlurmScheduler, render_script
+
+    run_dir = tmp_path / "run"
+    plan = VerlFramework().plan(gpu_recipe("verl", nodes=2)).resolve(str(run_dir))
+    script = render_script(plan, run_dir, dict(SlurmScheduler.options), ray_based=True)
+    ray_lines = [line for line in script.splitlines() if "ray.scripts.scripts" in line]
+    assert ray_lines and not any("unirl.adapters.follow" in line for line in ray_lines)
+    [start] = [line for line in script.splitlines() if "unirl.adapters.follow" in line]
+    assert start.startswith(f"python -m unirl.adapters.follow --run-dir {run_dir} -- python -m verl.trainer.main_ppo")
+
+
+@pytest.mark.verl
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_verls_own_logger_under_the_follower_as_a_slurm_job(slurm_cluster: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
+    """The same launch through scheduler=slurm: the batch script runs the follower, which runs the backend."""
+    from unirl.plugins.slurm.scheduler import SlurmScheduler
+
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, steps=3)
+    plan = replace(plan, environment=replace(plan.environment, gpus_per_node=0))  # the stand-in needs no GPU
+    run_dir = tmp_path / "run"
+    result = SlurmScheduler().submit(plan, run_dir, {**SlurmScheduler.options, "poll_s": 0.5})
+    assert result.state == "completed", (result.error, result.log_tail)
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
+    assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"
+    assert (run_dir / "curves.png").exists()
