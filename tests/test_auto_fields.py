@@ -14,7 +14,7 @@ from tests.support.helpers import run_dirs
 
 FRAMEWORKS = ("trl", "verl", "openrlhf", "nemo_rl", "slime", "vime")
 AUTO_FIELDS = ("resources.gpus_per_node", "rollout.engine", "data.chat_template", "eval.before_training",
-               "eval.greedy")
+               "eval.greedy", "eval.stop_after_plateau", "eval.stop_at_accuracy")
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}  # no GPU visible, whatever the test machine has (as CUDA itself reads it)
 
 
@@ -59,6 +59,9 @@ def test_each_backend_resolves_auto_its_own_way_and_says_why() -> None:
         "trl": False, "verl": True, "openrlhf": False, "nemo_rl": True, "slime": False, "vime": False}
     assert [f for f, v in values.items() if not v["eval.before_training"]] == ["openrlhf"]
     assert [f for f, v in values.items() if not v["eval.greedy"]] == ["nemo_rl"]
+    # early stopping: TRL's runner alone has it; every other backend resolves it to null (it refuses a value)
+    assert {f: (v["eval.stop_after_plateau"], v["eval.stop_at_accuracy"]) for f, v in values.items()} == {
+        "trl": (6, 1.0), **{f: (None, None) for f in FRAMEWORKS if f != "trl"}}
     # no GPU here: TRL trains on the CPU, every GPU backend assumes one GPU and says so
     assert {f: v["resources.gpus_per_node"] for f, v in values.items()} == {
         "trl": 0, "verl": 1, "openrlhf": 1, "nemo_rl": 1, "slime": 1, "vime": 1}
@@ -94,7 +97,8 @@ def test_an_explicit_value_in_a_recipe_file_is_kept(tmp_path: Path) -> None:
     recipe.write_text("defaults:\n  - grpo_math\n  - _self_\neval:\n  greedy: false\ndata:\n  chat_template: true\n")
     plan = plan_json("+framework=trl", f"recipe={recipe}")
     assert (plan["recipe"]["eval"]["greedy"], plan["recipe"]["data"]["chat_template"]) == (False, True)
-    assert {a["field"] for a in plan["auto"]} == {"resources.gpus_per_node", "rollout.engine", "eval.before_training"}
+    assert {a["field"] for a in plan["auto"]} == {"resources.gpus_per_node", "rollout.engine", "eval.before_training",
+                                                  "eval.stop_after_plateau", "eval.stop_at_accuracy"}
 
 
 @pytest.mark.parametrize(("override", "allowed"), [

@@ -45,7 +45,7 @@ def test_diff_shows_each_field_on_both_backends_with_their_own_defaults() -> Non
     rows = {r["recipe_field"]: r for r in result["fields"]}
     lr = rows["algorithm.lr"]
     assert lr["verl"][0]["key"] == "actor_rollout_ref.actor.optim.lr" and lr["openrlhf"][0]["key"] == "actor.adam.lr"
-    assert lr["verl"][0]["value"] == lr["openrlhf"][0]["value"] == 2e-4
+    assert lr["verl"][0]["value"] == lr["openrlhf"][0]["value"] == 1e-3
     # Both set the KL coefficient from the recipe; left to themselves they would use different defaults.
     kl = rows["algorithm.kl_coef"]
     assert kl["defaults_differ"] is True

@@ -33,6 +33,7 @@ from unirl.launch.scheduler import JobResult
 from unirl.plugins.local.scheduler import LocalScheduler
 from unirl.plugins.openrlhf.framework import OpenRlhfFramework
 from unirl.plugins.verl.framework import VerlFramework
+from unirl.record.layout import RunInfo
 from unirl.record.tb_events import EventFileReader, event_files
 
 HARNESSES = REPO / "tests" / "backends"
@@ -206,6 +207,63 @@ def test_sigterm_to_the_follower_mid_run_stops_the_backend_keeps_the_record_and_
     assert results[0].exit_code == -signal.SIGTERM  # the follower ended itself the same way
 
 
+@pytest.mark.verl
+def test_verl_rows_say_their_step_so_reward_columns_and_eval_samples_come_from_unirls_reward_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
+    """unirl's exported parquet read by verl's RLHFDataset, every completion scored through unirl's verl adapter as
+    NaiveRewardManager calls it (tests/backends/verl_tracking_harness.py --rows), verl's Tracking logging the steps:
+    the row's extra_info (split, index) fixes its step, so the step's reward columns are unirl's, and the held-out
+    rows become one eval.jsonl sample per prompt, per validation."""
+    import statistics
+
+    run_dir = tmp_path / "run"
+    scores_out = tmp_path / "scores.json"
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--rows", str(run_dir), "--scores-out", str(scores_out),
+                     "--val-steps", "0,2", steps=2)
+    result = submit(plan, run_dir)
+    assert result.state == "completed", result.log_tail
+    returned = json.loads(scores_out.read_text())  # what compute_score gave verl, per step
+    rows = {r["step"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
+    assert sorted(rows) == [1, 2]
+    for step in (1, 2):
+        scores = returned["train"][str(step)]
+        assert len(scores) == 8 * 8  # prompts_per_step x samples_per_prompt (verl's rollout.n)
+        math_answer = [s["math_answer"] for s in scores]
+        assert 0 < sum(math_answer) < len(math_answer)  # some right, some wrong: the mean says something
+        assert rows[step]["reward/math_answer/mean"] == pytest.approx(statistics.fmean(math_answer))
+        assert rows[step]["reward/total/mean"] == pytest.approx(statistics.fmean(s["score"] for s in scores))
+        # TRL's reward_std: nanstd with Bessel's correction (trl/trainer/utils.py:1021-1043, trl 1.16)
+        assert rows[step]["reward/total/std"] == pytest.approx(statistics.stdev(s["score"] for s in scores))
+        assert rows[step]["reward/math_answer/has_answer"] == pytest.approx(
+            statistics.fmean(s["math_answer/has_answer"] for s in scores))
+        assert rows[step]["reward/errors"] == 0
+        assert "native/critic/score/mean" in rows[step]  # verl's own number is kept, under its own name
+    assert rows[1]["reward/math_answer/mean"] != rows[2]["reward/math_answer/mean"]  # not one pooled mean
+    held_out = len(read_jsonl_parquet(run_dir / "data" / "eval.parquet"))
+    eval_rows = read_jsonl(run_dir / "eval.jsonl")
+    summaries = [e for e in eval_rows if e["kind"] == "summary"]
+    assert [e["step"] for e in summaries] == [0, 2]
+    for summary in summaries:
+        samples = [e for e in eval_rows if e["kind"] == "sample" and e["step"] == summary["step"]]
+        assert len(samples) == held_out == summary["n"]  # one row per held-out prompt
+        assert sorted(e["index"] for e in samples) == list(range(held_out))
+        returned_eval = returned["eval"][str(summary["step"])]
+        solved = sum(s["math_answer"] >= 1.0 for s in returned_eval)  # eval.accuracy_threshold = 1.0
+        assert summary["solved"] == solved and summary["accuracy"] == pytest.approx(solved / held_out)
+        assert summary["accuracy_from"] == "reward_log" and summary["accuracy_reward"] == "math_answer"
+        assert any(k.startswith("val-core/") for k in summary["native"])  # verl's own numbers kept
+    assert summaries[0]["solved"] == 2 and summaries[1]["solved"] == 4
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reward_log_records"] == 2 * 64 + 2 * held_out
+    assert summary["reward_log_records_stepless"] == 0 and summary["eval_records_unattached"] == 0
+
+
+def read_jsonl_parquet(path: Path) -> list[dict[str, object]]:
+    import pyarrow.parquet as pq
+
+    return list(pq.read_table(path).to_pylist())
+
+
 # --- OpenRLHF: its own TensorboardLogger under the follower -------------------------------------------------------
 
 
@@ -278,6 +336,116 @@ def test_slimes_two_writers_are_read_file_by_file_and_rebased_to_rollouts(tmp_pa
     assert [(e["step"], round(e["accuracy"], 2)) for e in evals] == [(1, 0.25), (3, 0.75)]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["state"] == "completed" and summary["steps_logged"] == 3
+
+
+def test_slime_samples_say_their_step_through_unirls_slime_adapter(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """slime's Sample as its Dataset builds it from unirl's exported JSONL (metadata = the row's metadata column,
+    slime/utils/data.py:237, 270-274 @624b824; deep-copied per sample, data_source.py:107-118), scored through unirl's
+    slime adapter: the records carry their step, so the bridge's reward columns and eval samples are unirl's."""
+    import asyncio
+    import copy
+    import statistics
+    from types import SimpleNamespace
+
+    import unirl.adapters.slime as slime_adapter
+    from unirl.plugins.slime.framework import SlimeFramework
+    from unirl.record.follow import Follower
+
+    monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)
+    plan = SlimeFramework().plan(gpu_recipe("slime", engine="sglang", algorithm={"steps": 3, "prompts_per_step": 4,
+                                                                                 "samples_per_prompt": 2},
+                                            options={"model_args": "--num-layers 2"}))
+    run_dir = tmp_path / "run"
+    resolved = prepare_run(get_host(), plan, run_dir)
+    monkeypatch.setenv("UNIRL_REWARD_SPEC", resolved.env["UNIRL_REWARD_SPEC"])
+
+    def dataset(name: str) -> list[SimpleNamespace]:  # slime's Dataset: --input-key prompt --label-key label
+        lines = read_jsonl(run_dir / "data" / f"{name}.jsonl")
+        return [SimpleNamespace(prompt=d["prompt"], label=d["label"], metadata=d.get("metadata") or {},
+                                response="", status=None, response_length=0) for d in lines]
+
+    def completion(native: SimpleNamespace, right: bool) -> SimpleNamespace:
+        sample = copy.deepcopy(native)
+        sample.response = native.label if right else "no"
+        return sample
+
+    train, held_out = dataset("train"), dataset("eval")
+    assert len(train) == 3 * 4 and all(t.metadata["split"] == "train" for t in train)
+    returned: dict[int, list[dict[str, float]]] = {}
+
+    async def rollouts() -> None:
+        for step in (1, 2, 3):
+            for position in range((step - 1) * 4, step * 4):
+                group = [completion(train[position], right=(position + k) % step == 0) for k in range(2)]
+                returned.setdefault(step, []).extend(await slime_adapter.batched_reward(None, group))
+            if step in (1, 3):  # the held-out pass of rollouts 0 and 2 (--eval-every 2 below)
+                for position, native in enumerate(held_out):
+                    await slime_adapter.reward(None, completion(native, right=position < step))
+
+    asyncio.run(rollouts())
+    tb = run_dir / "native" / "tb"
+    script = HARNESSES / "slime_tb_harness.py"
+    both = (f"{sys.executable} {script} --role actor --rollouts 3 --steps-per-rollout 1 & "
+            f"{sys.executable} {script} --role rollout --rollouts 3 --eval-every 2; wait")
+    recipe = json.loads((run_dir / "plan.json").read_text())["recipe"]
+    follower = Follower(RunInfo(run_dir, "slime", recipe), ["bash", "-c", both], get_host().lifecycle, interval=0.1,
+                        env={**os.environ, "TENSORBOARD_DIR": str(tb)})
+    assert follower.run_child() == 0
+    rows = {r["step"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
+    assert sorted(rows) == [1, 2, 3]
+    for step in (1, 2, 3):
+        assert rows[step]["reward/math_answer/mean"] == pytest.approx(
+            statistics.fmean(r["math_answer"] for r in returned[step]))
+        assert rows[step]["reward/total/mean"] == pytest.approx(statistics.fmean(r["score"] for r in returned[step]))
+    assert rows[1]["reward/math_answer/mean"] == 1.0 and rows[2]["reward/math_answer/mean"] == 0.5
+    eval_rows = read_jsonl(run_dir / "eval.jsonl")
+    summaries = [e for e in eval_rows if e["kind"] == "summary"]
+    assert [(e["step"], e["n"], e["solved"]) for e in summaries] == [(1, len(held_out), 1), (3, len(held_out), 3)]
+    assert summaries[0]["native"] == {"eval/arith": 0.25}  # slime's own number, kept
+    for summary in summaries:
+        samples = [e for e in eval_rows if e["kind"] == "sample" and e["step"] == summary["step"]]
+        assert sorted(e["index"] for e in samples) == list(range(len(held_out)))
+
+
+def test_rows_that_are_not_unirls_stay_step_less_and_are_counted(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's own file (framework.overrides) or a malformed row: no step is guessed; the scorer and the bridge
+    count them."""
+    from unirl.adapters.common import row_tags, runtime_for
+    from unirl.adapters.verl import PROMPT_KEY, compute_score
+    from unirl.record.metrics_bridge import MetricsBridge
+    from unirl.record.run_recorder import RunRecorder
+
+    assert row_tags({"split": "train", "index": 9}, 4, 3) == {"step": 3, "split": "train", "index": 9}
+    assert row_tags({"split": "eval", "index": 9}, 4, 3) == {"step": None, "split": "eval", "index": 9}
+    for bad in ({}, {"split": "train"}, {"index": 3}, {"split": "train", "index": "3"},
+                {"split": "train", "index": True}, {"split": "train", "index": -1}, {"split": "train", "index": 12},
+                {"split": "test", "index": 0}, {"split": "train", "index": 2.0}):
+        assert row_tags(bad, 4, 3) is None, bad
+    assert row_tags({"split": "train", "index": 0}, None, 3) is None  # no prompts_per_step: nothing to count with
+
+    monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)
+    plan = VerlFramework().plan(gpu_recipe("verl", algorithm={"steps": 3, "prompts_per_step": 4}))
+    run_dir = tmp_path / "run"
+    spec = prepare_run(get_host(), plan, run_dir).env["UNIRL_REWARD_SPEC"]
+    calls = [{PROMPT_KEY: "1+2=", "split": "train", "index": 5},  # unirl's row 5: step 2
+             {PROMPT_KEY: "1+2=", "split": "train", "index": "5"},  # malformed
+             {PROMPT_KEY: "1+2="},  # no split, no index
+             {"split": "train", "index": 5},  # verl's own preprocessing (no unirl_prompt): not unirl's row
+             None]
+    for extra_info in calls:
+        compute_score(data_source="arith", solution_str="3", ground_truth="3", extra_info=extra_info, unirl_spec=spec)
+    assert runtime_for("verl", spec).rows_unidentified == 4
+    records = read_jsonl(run_dir / "trajectories.jsonl")
+    assert [r["step"] for r in records] == [2, None, None, None, None]
+    assert [bool(r.get("row_unidentified")) for r in records] == [False, True, True, True, True]
+    bridge = MetricsBridge(run_dir, "verl", {"algorithm": {"steps": 3}}, RunRecorder(
+        RunInfo(run_dir, "verl", {}), get_host().lifecycle))
+    bridge.poll()
+    found = bridge.summary()
+    assert found["reward_log_records"] == 5 and found["reward_log_records_stepless"] == 4
+    assert found["reward_log_records_unidentified"] == 4
 
 
 # --- the wiring: every native backend logs into the run directory, and its command runs under the follower ----------

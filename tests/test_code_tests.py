@@ -31,7 +31,9 @@ def score(completion: str, reference: str | None = None, metadata: Mapping[str, 
     if metadata is None:
         metadata = {"tests": ADDITION} if reference is None else {}
     sample = unirl.Sample(prompt="add two numbers", completion=completion, reference=reference, metadata=metadata)
-    return code_tests(sample, **{"timeout_s": 1.0, **kwargs})
+    # 5 s a run: a correct program must not time out on a loaded machine (a sandboxed interpreter start is ~0.1 s
+    # idle, seconds under load); the timeout tests pass their own short one.
+    return code_tests(sample, **{"timeout_s": 5.0, **kwargs})
 
 
 def test_stdin_stdout_cases_score_correct_wrong_and_partial_programs(host: HostWatch) -> None:
@@ -50,7 +52,7 @@ def test_stdin_stdout_cases_score_correct_wrong_and_partial_programs(host: HostW
 
 
 def test_a_program_that_never_ends_costs_one_timeout_not_one_per_case(host: HostWatch) -> None:
-    looping = score(f"```python\n{NEVER_ENDS}```")
+    looping = score(f"```python\n{NEVER_ENDS}```", timeout_s=1.0)
     assert looping.score == 0.0 and looping.components["timed_out"] == 1.0
     assert looping.info["status"] == "timeout" and "timeout" in looping.info["reason"]
     assert looping.info["verdicts"] == ["timeout", "not_run", "not_run", "not_run"]

@@ -80,9 +80,9 @@ def test_plan_is_pure(backend: str) -> None:
 
 def test_batch_semantics_count_prompts_then_completions() -> None:
     args = args_of(plan_of("slime", variant("slime", "kl_minibatches")))
-    assert value(args, "--rollout-batch-size") == "8"  # prompts
-    assert value(args, "--n-samples-per-prompt") == "16"
-    assert value(args, "--global-batch-size") == "32"  # 8 x 16 completions / 4 updates
+    assert value(args, "--rollout-batch-size") == "16"  # prompts
+    assert value(args, "--n-samples-per-prompt") == "8"
+    assert value(args, "--global-batch-size") == "32"  # 16 x 8 completions / 4 updates
     assert value(args, "--num-steps-per-rollout") == "4"
     assert value(args, "--micro-batch-size") == "4"
     assert "--use-kl-loss" in args and value(args, "--kl-loss-coef") == "0.01"
@@ -102,12 +102,12 @@ def test_shipped_recipe_flags() -> None:
     assert value(args, "--prompt-data") == "{run_dir}/data/train.jsonl"
     assert value(args, "--hf-checkpoint") == "{run_dir}/model"  # builtin model, written at launch
     assert value(args, "--sglang-mem-fraction-static") == "0.5"
-    assert value(args, "--save-interval") == "3000"  # checkpoint_every 0: at the end
+    assert value(args, "--save-interval") == "400"  # checkpoint_every 0: at the end
     assert args[args.index("--eval-prompt-data") + 1:args.index("--eval-prompt-data") + 3] == [
         "eval", "{run_dir}/data/eval.jsonl"]
     assert plan.command[:2] == ["bash", "-c"] and "exec python3 train.py --swiglu" in plan.command[2]
     assert plan.command[2].startswith("cd /root/slime && export PYTHONPATH=")
-    assert [(d.split, d.format, d.rows) for d in plan.data] == [("train", "slime_jsonl", 3000 * 8),
+    assert [(d.split, d.format, d.rows) for d in plan.data] == [("train", "slime_jsonl", 400 * 16),
                                                               ("eval", "slime_jsonl", None)]
     assert plan.env["UNIRL_REWARD_SPEC"] == "{run_dir}/reward_spec.json"
 

@@ -16,7 +16,7 @@ from tests.support.cli import run_cli
         ("algorithm.lr=0", ["algorithm.lr=0.0", "must be > 0"]),
         ("algorithm.lr=-1e-3", ["algorithm.lr=-0.001", "must be > 0"]),
         ("algorithm.mini_batches_per_step=3",
-         ["algorithm.mini_batches_per_step=3", "must divide prompts_per_step x samples_per_prompt = 8 x 16 = 128"]),
+         ["algorithm.mini_batches_per_step=3", "must divide prompts_per_step x samples_per_prompt = 16 x 8 = 128"]),
         ("algorithm.micro_batch_size=5", ["algorithm.micro_batch_size=5", "divide the 128 completions"]),
         ("rewards=[{name:nope}]", ["rewards[0].name='nope'", "registered rewards are", "math_answer"]),
         ("data.train=/no/such/train.jsonl", ["data.train='/no/such/train.jsonl'", "no such file"]),

@@ -246,7 +246,7 @@ def test_a_builtin_model_gets_the_flags_of_the_qwen2_config_it_is_built_from() -
                             "--num-attention-heads": 4, "--group-query-attention": True, "--num-query-groups": 2,
                             "--use-rotary-position-embeddings": True, "--disable-bias-linear": True,
                             "--add-qkv-bias": True, "--normalization": "RMSNorm", "--norm-epsilon": 1e-6,
-                            "--rotary-base": 10000, "--vocab-size": 20}
+                            "--rotary-base": 1000000, "--vocab-size": 20}
     assert plan.native_config["model_args_source"].startswith("derived from builtin:tiny-arith")
     SlimeFramework().validate(plan)
 

@@ -1,6 +1,6 @@
 """A hub or local model left with the toy recipe's settings gets one warning naming them (unirl/recipe/toy_settings.py).
 
-The toy values are the embedded default's (unirl/recipe/recipes/grpo_math.yaml: max_new_tokens=2, lr=2e-4,
+The toy values are the embedded default's (unirl/recipe/recipes/grpo_math.yaml: max_new_tokens=2, lr=1e-3,
 numeric_closeness and bare_number), made for builtin:tiny-arith.
 """
 
@@ -20,7 +20,7 @@ def test_real_model_on_toy_recipe_warns_once_naming_each_field() -> None:
     out = run_cli("plan", REAL)
     assert out.returncode == 0, out.stderr
     [line] = warnings(out.stderr)
-    for text in ("model.path=Qwen/Qwen2.5-0.5B-Instruct", "algorithm.max_new_tokens=2", "algorithm.lr=0.0002",
+    for text in ("model.path=Qwen/Qwen2.5-0.5B-Instruct", "algorithm.max_new_tokens=2", "algorithm.lr=0.001",
                  "numeric_closeness", "bare_number", "recipe=gsm8k_grpo"):
         assert text in line, line
 

@@ -18,6 +18,7 @@ def learned_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded default, shortened, with a fixed seed (CPU training is bit-for-bit deterministic)."""
     root = tmp_path_factory.mktemp("learn")
     out = run_cli("recipe=grpo_math", "seed=0", "algorithm.steps=600", "eval.every_steps=300",
+                  "eval.stop_at_accuracy=null", "eval.stop_after_plateau=null",  # every step runs
                   "logging.progress=false", env={"UNIRL_RUNS_DIR": str(root / "runs")}, cwd=root)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (root / "stdout.txt").write_text(out.stdout)
@@ -56,7 +57,7 @@ def test_run_directory_holds_every_artifact(learned_run: Path) -> None:
     assert manifest["rewards"]["math_answer"]["plugin"] == "rewards"
     assert manifest["seed"] == 0 and "hostname" in manifest["host"]
     native = json.loads((learned_run / "native_config.json").read_text())
-    assert native["grpo_config"]["use_cpu"] is True and native["grpo_config"]["learning_rate"] == 2e-4
+    assert native["grpo_config"]["use_cpu"] is True and native["grpo_config"]["learning_rate"] == 1e-3
 
 
 def test_every_reward_component_reaches_trajectories_and_metrics(learned_run: Path) -> None:

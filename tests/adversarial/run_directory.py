@@ -449,7 +449,7 @@ def _refused_change(run_dir: Path, *attempt: str, field: str) -> None:
 def resume_with_another_override(tmp: Path) -> None:
     with workspace(tmp):
         run_dir = killed_run(tmp)
-        _refused_change(run_dir, "resume", str(run_dir), "algorithm.lr=0.001", field="algorithm.lr: 0.0002 -> 0.001")
+        _refused_change(run_dir, "resume", str(run_dir), "algorithm.lr=0.002", field="algorithm.lr: 0.001 -> 0.002")
 
 
 def resume_through_hydra_with_another_override(tmp: Path) -> None:
@@ -464,14 +464,14 @@ def resume_after_the_recipe_file_was_edited(tmp: Path) -> None:
 
     with workspace(tmp):
         shipped = resources.files("unirl.recipe.recipes").joinpath("grpo_math.yaml").read_text()
-        assert "  lr: 2.0e-4\n" in shipped
+        assert "  lr: 1.0e-3\n" in shipped
         recipe = tmp / "mine.yaml"
         recipe.write_text(shipped)  # the same recipe as the shipped one the killed run was started with
         run_dir = killed_run(tmp)
         overrides = run_dir / ".hydra" / "overrides.yaml"
         overrides.write_text(overrides.read_text() + f"- recipe={recipe}\n")  # as if started with recipe=mine.yaml
-        recipe.write_text(shipped.replace("  lr: 2.0e-4\n", "  lr: 5.0e-4\n"))  # then edited
-        _refused_change(run_dir, "resume", str(run_dir), field="algorithm.lr: 0.0002 -> 0.0005")
+        recipe.write_text(shipped.replace("  lr: 1.0e-3\n", "  lr: 5.0e-4\n"))  # then edited
+        _refused_change(run_dir, "resume", str(run_dir), field="algorithm.lr: 0.001 -> 0.0005")
 
 
 def forced_resume_is_recorded(tmp: Path) -> None:
@@ -482,7 +482,7 @@ def forced_resume_is_recorded(tmp: Path) -> None:
         assert "resume --force" in err and "algorithm.lr" in err
         manifest = json.loads((run_dir / "manifest.json").read_text())
         [change] = manifest["resumed_from"]["recipe_changes"]
-        assert change["fields"] == {"algorithm.lr": {"old": 0.0002, "new": 0.0003}}, change
+        assert change["fields"] == {"algorithm.lr": {"old": 0.001, "new": 0.0003}}, change
         resumed = summary_of(run_dir)["resumed_from"]
         assert resumed["bit_identical"] is False and "algorithm.lr" in " ".join(resumed["not_bit_identical_because"])
         assert_one_run(run_dir)

@@ -17,6 +17,18 @@ step=self.global_steps)``), computed on the CPU by verl's own functions from a s
 
 The loggers are verl's: ``--loggers file`` (VERL_FILE_LOGGER_PATH, set by the caller), ``file,tensorboard``
 (TENSORBOARD_DIR). Prints ``harness: logged step N`` after each step; ``--sleep`` seconds between steps.
+
+``--rows RUN_DIR`` scores a prepared run's own exported rows through unirl's verl adapter as verl 0.9.1 does: verl's
+``RLHFDataset`` reads ``data.train_files`` / ``data.val_files`` with the plan's ``data.*`` settings and tokenizer
+(verl/utils/dataset/rl_dataset.py:89-195, ``__getitem__`` 386-411); step N takes the rows at positions
+``(N-1) x train_batch_size`` onwards (the sampler is sequential with ``data.shuffle=False``,
+verl/trainer/ppo/utils.py:140-166 ``create_rl_sampler``), each ``rollout.n`` times (``batch.repeat(interleave=True)``);
+every completion is scored with ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`` as
+NaiveRewardManager.run_single calls it, its ``extra_info`` with the manager's own ``num_turns`` and
+``rollout_reward_scores`` added (verl/experimental/reward_loop/reward_manager/naive.py:34-83). At a ``--val-steps``
+step every held-out row is scored once (``val_kwargs.n`` = 1) after the step's training rows and before ``logger.log``
+(``_validate`` inside ``fit``, verl/trainer/ppo/ray_trainer.py). What ``compute_score`` returned goes to
+``--scores-out`` as JSON (``{"train": {step: [row, ...]}, "eval": {step: [row, ...]}}``).
 """
 
 from __future__ import annotations
@@ -96,6 +108,51 @@ def val_metrics(step: int, prompts: int) -> dict[str, float]:
     return metrics
 
 
+class ExportedRows:
+    """A prepared run's exported train and held-out files, read by verl's RLHFDataset with the plan's settings."""
+
+    def __init__(self, run_dir: str) -> None:
+        import json
+        from pathlib import Path
+
+        from omegaconf import OmegaConf
+        from transformers import AutoTokenizer
+        from verl.utils.dataset.rl_dataset import RLHFDataset
+
+        overrides = json.loads((Path(run_dir) / "plan.json").read_text())["native_config"]["overrides"]
+        data = OmegaConf.from_dotlist([f"{k[len('data.'):]}={v}" for k, v in overrides.items()
+                                       if k.startswith("data.")])
+        tok = AutoTokenizer.from_pretrained(str(overrides["actor_rollout_ref.model.path"]).strip("'"))
+        self.batch = int(data.train_batch_size)
+        self.n = int(overrides.get("actor_rollout_ref.rollout.n", 1))
+        self.train = RLHFDataset(data_files=str(data.train_files), tokenizer=tok, config=data)
+        self.val = RLHFDataset(data_files=str(data.val_files), tokenizer=tok, config=data)
+        self.scores: dict[str, dict[int, list[dict[str, float]]]] = {"train": {}, "eval": {}}
+
+    @staticmethod
+    def call(item: dict, right: bool) -> dict[str, float]:
+        """One completion of a dataset item scored as NaiveRewardManager.run_single calls compute_score."""
+        from unirl.adapters.verl import compute_score  # the staged light core is on PYTHONPATH
+
+        extra_info = item.get("extra_info", {})
+        extra_info["num_turns"] = None  # naive.py:48-51: the manager's own keys, added before the call
+        extra_info["rollout_reward_scores"] = {}
+        ground_truth = item["reward_model"]["ground_truth"]
+        return compute_score(data_source=item["data_source"], solution_str=str(ground_truth) if right else "no",
+                             ground_truth=ground_truth, extra_info=extra_info)
+
+    def score_step(self, step: int) -> None:
+        rows = self.scores["train"].setdefault(step, [])
+        for position in range((step - 1) * self.batch, step * self.batch):
+            for k in range(self.n):  # repeat(interleave=True): a prompt's n completions side by side
+                rows.append(self.call(self.train[position], right=(position + k) % (step + 1) == 0))
+
+    def validate(self, step: int) -> None:
+        rows = self.scores["eval"].setdefault(step, [])
+        for position in range(len(self.val)):
+            rows.append(self.call(self.val[position], right=position < min(len(self.val), step + 2)))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="verl_tracking_harness")
     p.add_argument("--steps", type=int, default=5)
@@ -109,14 +166,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--score", type=int, default=0,
                    help="score this many completions a step through unirl's verl adapter (as verl's reward loop "
                         "calls it), which appends them to the run's trajectory log")
+    p.add_argument("--rows", default="", help="score this prepared run directory's exported rows (see above)")
+    p.add_argument("--scores-out", default="", help="with --rows: where to write what compute_score returned")
     ns = p.parse_args(argv)
     from verl.utils.tracking import Tracking
+
+    rows = ExportedRows(ns.rows) if ns.rows else None
 
     val_steps = {int(s) for s in ns.val_steps.split(",") if s.strip()}
     tracker = Tracking(project_name="unirl", experiment_name="bridge", default_backend=ns.loggers.split(","))
     if 0 in val_steps:
+        if rows is not None:
+            rows.validate(0)
         tracker.log(data=val_metrics(0, ns.val_prompts), step=0)
     for step in range(1, ns.steps + 1):
+        if rows is not None:
+            rows.score_step(step)
         if ns.score:
             from unirl.adapters.verl import compute_score  # the staged light core is on PYTHONPATH
 
@@ -125,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                               extra_info={"unirl_prompt": "1+2="})
         metrics = batch_metrics(step, ns.batch, 8)
         if step in val_steps:
+            if rows is not None:
+                rows.validate(step)
             metrics.update(val_metrics(step, ns.val_prompts))
         metrics["actor/kl_loss"] = math.nan if step == 2 else 0.001 * step  # verl writes NaN as null
         if ns.stamp:
@@ -139,6 +206,11 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(ns.sleep)
     if "tensorboard" in tracker.logger:
         tracker.logger["tensorboard"].finish()
+    if rows is not None and ns.scores_out:
+        import json
+
+        with open(ns.scores_out, "w", encoding="utf-8") as f:
+            json.dump(rows.scores, f)
     return 0
 
 

@@ -3,10 +3,22 @@ of the run record), native rows.
 
 Each process of a native backend that scores rewards reports what it scored through a
 :class:`~unirl.record.run_recorder.RunRecorder` (``run.role == "scorer"``) with the plugins the host staged beside
-the light core: ``unirl_run_start`` when the process first scores, ``unirl_rollouts_scored`` for every batch
-(``step`` None: a native trainer does not say which step it is scoring for), ``unirl_run_end`` at the process's
-normal exit or when the reward policy aborts (a process killed by a signal reports no end). The trajectory log is
-written by unirl's own recorder plugin from those records, with the run's ``logging.trajectories_*`` options.
+the light core: ``unirl_run_start`` when the process first scores, ``unirl_rollouts_scored`` for every batch,
+``unirl_run_end`` at the process's normal exit or when the reward policy aborts (a process killed by a signal reports
+no end). The trajectory log is written by unirl's own recorder plugin from those records, with the run's
+``logging.trajectories_*`` options.
+
+No native trainer tells its reward function the step. But unirl writes the backend's data files itself
+(:mod:`unirl.backend.export`): the train file holds exactly ``steps x prompts_per_step`` rows in unirl's seeded order
+and the backends' own shuffles are off, so a row's position in that file fixes its step, ``index // prompts_per_step
++ 1``. Where the backend hands the row's metadata to the reward (verl's ``extra_info``, slime's ``sample.metadata``),
+the adapter passes it as the sample's *origin* and each record is tagged (:func:`row_tags`): ``step`` for a train row,
+``split: eval`` for a held-out one. An origin that does not identify a row of unirl's files (missing, malformed or out
+of range: a user's own file through ``framework.overrides``) leaves the record step-less, counted in the process's
+``rows_unidentified`` and marked ``row_unidentified`` in the log, never guessed. OpenRLHF's reward function gets
+queries, prompts and labels only (openrlhf/utils/agent.py:316-322, 0.11.2), NeMo RL's environment the message log and
+``extra_env_info``, which holds the reference alone (ResponseDataset keeps input and output only,
+response_dataset.py:54-85, processors.py:389-392 @ v0.7.0): their records stay step-less.
 """
 
 from __future__ import annotations
@@ -15,9 +27,11 @@ import atexit
 import contextlib
 import json
 import math
+import numbers
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +45,33 @@ from unirl.rewards.spec import RewardRuntimeSpec
 
 SPEC_ENV = "UNIRL_REWARD_SPEC"
 ERRORS_KEY = "unirl/reward_errors"
+TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"  # unirl.backend.export's split names (DataExport.split)
+
+
+def row_tags(origin: Mapping[str, Any] | None, prompts_per_step: int | None,
+             steps: int | None) -> dict[str, Any] | None:
+    """What a scored record says about its row, from the row's metadata as unirl's exporter wrote it (``split``,
+    ``index``): ``{"step": n, "split": "train", "index": i}`` for row ``i`` of the train file (``n = i //
+    prompts_per_step + 1``), ``{"step": None, "split": "eval", "index": i}`` for a held-out row, None where the origin
+    does not identify a row of unirl's files (no split or index, an index that is not a whole number, a train index
+    beyond ``steps x prompts_per_step``, or no ``prompts_per_step`` to count with)."""
+    if not isinstance(origin, Mapping):
+        return None
+    split, index = origin.get("split"), origin.get("index")
+    if not isinstance(index, numbers.Integral) or isinstance(index, bool) or int(index) < 0:
+        return None
+    index = int(index)
+    if split == EVAL_SPLIT:
+        return {"step": None, "split": EVAL_SPLIT, "index": index}
+    if split != TRAIN_SPLIT or not prompts_per_step or prompts_per_step < 1:
+        return None
+    if steps and index >= steps * prompts_per_step:
+        return None
+    return {"step": index // prompts_per_step + 1, "split": TRAIN_SPLIT, "index": index}
+
+
+def _positive_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class BackendRewards:
@@ -44,15 +85,37 @@ class BackendRewards:
         self._started = time.monotonic()
         self.recorder = RunRecorder(scorer_run(spec, backend, spec_path),
                                     LifecycleCalls(backend_plugin_manager(own_version())))
+        # The step arithmetic's numbers, from the plan the host wrote beside the spec (a hand-written spec has none:
+        # then no record is given a step).
+        algorithm = self.recorder.run.recipe.get("algorithm") or {}
+        self.prompts_per_step = _positive_int(algorithm.get("prompts_per_step"))
+        self.steps = _positive_int(algorithm.get("steps"))
+        self.rows_unidentified = 0
+        """Samples whose origin was given but does not identify a row of unirl's files (left step-less)."""
         self.recorder.run_start()
         atexit.register(self.end)  # a backend process ends without telling its reward function
 
-    def score(self, samples: list[Sample]) -> list[ScoredSample]:
-        """Score, record every sample (with errors and tracebacks), then apply the policy (may raise RewardAbort)."""
+    def score(self, samples: list[Sample],
+              origins: Sequence[Mapping[str, Any] | None] | None = None) -> list[ScoredSample]:
+        """Score, record every sample (with errors and tracebacks), then apply the policy (may raise RewardAbort).
+
+        ``origins``: per sample, the row metadata the backend passed (None: the backend passes none); each record is
+        tagged with its step or as eval where it identifies a row (:func:`row_tags`)."""
         scored = self.executor.score(samples)
         pid = os.getpid()
-        self.recorder.rollouts_scored(None, [trajectory_record(s, r, backend=self.backend, pid=pid)
-                                             for s, r in zip(samples, scored, strict=True)])
+        records = []
+        for i, (sample, result) in enumerate(zip(samples, scored, strict=True)):
+            tags: dict[str, Any] = {"step": None}
+            if origins is not None and origins[i] is not None:
+                found = row_tags(origins[i], self.prompts_per_step, self.steps)
+                if found is None:
+                    self.rows_unidentified += 1
+                    tags["row_unidentified"] = True
+                else:
+                    tags = found
+            records.append(trajectory_record(sample, result, backend=self.backend, pid=pid, **tags))
+        steps = {r["step"] for r in records}
+        self.recorder.rollouts_scored(steps.pop() if len(steps) == 1 else None, records)
         try:
             self.executor.check_policy(scored)
         except RewardAbort as exc:
@@ -67,7 +130,7 @@ class BackendRewards:
         summary: dict[str, Any] = {
             "state": state, "backend": self.backend, "pid": os.getpid(), "reward_calls": stats.calls,
             "reward_errors": stats.errors, "reward_errors_by_kind": dict(stats.by_kind),
-            "wall_time_s": time.monotonic() - self._started}
+            "rows_unidentified": self.rows_unidentified, "wall_time_s": time.monotonic() - self._started}
         if stats.first_error is not None:
             summary["first_reward_error"] = stats.first_error
         if error:

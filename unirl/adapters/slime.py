@@ -6,6 +6,13 @@ awaits ``reward(args, sample)``; with ``--group-rm`` it awaits ``batched_reward(
 returns a dict with fixed keys; the plan passes ``--reward-key score`` so slime trains on the total and
 keeps the components on the sample. The spec path comes from ``$UNIRL_REWARD_SPEC`` (set through the
 Ray job's runtime environment). Scoring runs in a thread, so slime's event loop keeps generating.
+
+``sample.metadata`` is the row's ``--metadata-key`` column (slime/utils/data.py:237, 270-274 @624b824), copied onto
+each of the prompt's samples (slime/rollout/data_source.py:107-118) and held-out samples alike (the eval dataset is
+read by the same Dataset and copied per sample,
+sglang_rollout.py:527-540, 569-576); unirl's slime exporter writes ``split`` and ``index`` there
+(unirl/backend/export.py ``slime_row``), so each record says its step or that it is held out
+(:func:`unirl.adapters.common.row_tags`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,11 @@ def sample_from_slime(native: Any) -> Sample:
                   completion_tokens=int(length) if length else None)
 
 
+def _metadata(native: Any) -> dict[str, Any]:
+    metadata = getattr(native, "metadata", None)
+    return metadata if isinstance(metadata, dict) else {}
+
+
 def _source(native: Any) -> str:
     metadata = getattr(native, "metadata", None) or {}
     return metadata.get("data_source", "") if isinstance(metadata, dict) else ""
@@ -63,7 +75,8 @@ def adapters_for(backend: str) -> tuple[RewardFn, RewardFn]:
         """Score a group of samples (``--group-rm``) in one executor call."""
         runtime = runtime_for(backend)
         unirl_samples = [sample_from_slime(s) for s in samples]
-        scored = await asyncio.to_thread(runtime.score, unirl_samples)
+        origins = [_metadata(s) for s in samples]
+        scored = await asyncio.to_thread(runtime.score, unirl_samples, origins)
         return [native_row(s) for s in scored]
 
     return reward, batched_reward

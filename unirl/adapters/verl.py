@@ -9,6 +9,13 @@ each ``<reward>/<component>``, ``unirl/reward_errors``): verl takes the key list
 and KeyErrors or silently drops keys that differ (verl/experimental/reward_loop/reward_loop.py:365-369).
 A failed call is NaN in its own key, counted in ``unirl/reward_errors``, and ``score`` follows the
 recipe's policy (fallback or abort: verl needs a number for every sample).
+
+``extra_info`` is the dataset row's own column: RLHFDataset keeps it on the row (verl/utils/dataset/rl_dataset.py:
+386-411, 0.9.1), the reward manager reads it from the batch and adds its own keys (naive.py:43-52). unirl's verl
+exporter writes ``split``, ``index`` and ``unirl_prompt`` there (unirl/backend/export.py ``verl_row``), so a row of
+unirl's file says which step it trains in (:func:`unirl.adapters.common.row_tags`). Only a row carrying
+``unirl_prompt`` is taken for one of unirl's: verl's own example preprocessors write ``split`` and ``index`` too
+(examples/data_preprocess/gsm8k.py), with other meanings.
 """
 
 from __future__ import annotations
@@ -39,5 +46,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   unirl_spec: str | None = None, **_: Any) -> dict[str, float]:
     """Score one verl sample with every unirl reward of the run; raises only when the policy aborts the run."""
     runtime = runtime_for("verl", unirl_spec)
-    scored = runtime.score([sample_from_verl(data_source, solution_str, ground_truth, extra_info)])[0]
+    # verl always passes the row's extra_info: one that is not unirl's row is counted as unidentified ({}).
+    origin = extra_info if isinstance(extra_info, Mapping) and PROMPT_KEY in extra_info else {}
+    scored = runtime.score([sample_from_verl(data_source, solution_str, ground_truth, extra_info)],
+                           origins=[origin])[0]
     return native_row(scored)

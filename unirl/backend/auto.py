@@ -130,12 +130,32 @@ def _greedy(recipe: Recipe, framework: Backend) -> list[Candidate]:
     return [(True, "held-out accuracy of the most likely completion"), (False, "")]
 
 
+def _no_evaluations(recipe: Recipe) -> list[Candidate]:
+    """Nothing to stop at: no held-out data, or no evaluation during training."""
+    return [] if recipe.data.eval and recipe.eval.every_steps else [(None, "no held-out evaluation during training")]
+
+
+def _stop_after_plateau(recipe: Recipe, framework: Backend) -> list[Candidate]:
+    if none := _no_evaluations(recipe):
+        return none
+    return [(6, "stop once held-out accuracy has not risen for 6 evaluations in a row"),
+            (None, "")]  # the backends without early stop refuse any value
+
+
+def _stop_at_accuracy(recipe: Recipe, framework: Backend) -> list[Candidate]:
+    if none := _no_evaluations(recipe):
+        return none
+    return [(1.0, "stop once every held-out prompt is solved: accuracy cannot rise further"), (None, "")]
+
+
 _PREFERENCES: tuple[tuple[str, Callable[[Recipe, Backend], list[Candidate]]], ...] = (
     ("resources.gpus_per_node", _gpus),
     ("rollout.engine", _engine),
     ("data.chat_template", _chat_template),
     ("eval.before_training", _before_training),
     ("eval.greedy", _greedy),
+    ("eval.stop_after_plateau", _stop_after_plateau),  # issue 14: TRL alone stops early
+    ("eval.stop_at_accuracy", _stop_at_accuracy),
 )
 
 

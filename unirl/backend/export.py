@@ -100,8 +100,10 @@ def verl_row(row: CanonicalRow) -> dict[str, Any]:
         "prompt": row.messages,
         "ability": str(row.metadata.get("ability", "math")),
         "reward_model": {"style": "rule", "ground_truth": row.reference or ""},
-        "extra_info": {"split": row.split, "index": row.index, PROMPT_TEXT_KEY: row.text,
-                       **{k: v for k, v in row.metadata.items() if k != "ability"}},
+        # split and index last: the row's place in unirl's file, which the reward adapter turns into its step
+        # (unirl/adapters/common.py row_tags); a column of the user's with the same name cannot move it
+        "extra_info": {PROMPT_TEXT_KEY: row.text, **{k: v for k, v in row.metadata.items() if k != "ability"},
+                       "split": row.split, "index": row.index},
     }
 
 
@@ -111,9 +113,10 @@ def openrlhf_row(row: CanonicalRow) -> dict[str, Any]:
 
 
 def slime_row(row: CanonicalRow) -> dict[str, Any]:
-    """slime/vime: ``--input-key prompt --label-key label --metadata-key metadata``."""
+    """slime/vime: ``--input-key prompt --label-key label --metadata-key metadata``; ``split`` and ``index`` tell the
+    reward adapter the row's step (unirl/adapters/common.py ``row_tags``). The user's metadata cannot replace them."""
     return {"prompt": row.prompt, "label": row.reference or "",
-            "metadata": {"data_source": row.data_source, "index": row.index, **row.metadata}}
+            "metadata": {"data_source": row.data_source, **row.metadata, "split": row.split, "index": row.index}}
 
 
 def nemo_rl_row(row: CanonicalRow) -> dict[str, Any]:

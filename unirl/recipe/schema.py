@@ -180,16 +180,18 @@ class EvalConfig:
     accuracy_reward: str | None = setting(None, "Reward whose score decides \"solved\"; null = the first reward of "
                                           "the recipe.")
     accuracy_threshold: float = setting(1.0, "A held-out prompt counts as solved when that reward scores >= this.")
-    stop_after_plateau: int | None = setting(None, """Early stop: end training at a held-out evaluation (every
+    stop_after_plateau: int | str | None = setting(None, """Early stop: end training at a held-out evaluation (every
         ``eval.every_steps`` steps, the one before training included) when this many evaluations in a row have not
         raised the best held-out accuracy so far. The run is then completed at that step, with ``stopped_early:
         {reason, step, accuracy}`` in summary.json and the weights of that step (not of the best evaluation). null =
         never; needs data.eval and eval.every_steps > 0. TRL only: the native backends have no early stop and refuse
-        a value.""", unit="evaluations", at_least=1, typo_above=10**6)
-    stop_at_accuracy: float | None = setting(None, """Early stop: end training at the first held-out evaluation whose
-        accuracy is >= this (1.0: every held-out prompt solved), recorded like ``stop_after_plateau``. null = never;
-        needs data.eval and eval.every_steps > 0. TRL only (the native backends refuse a value).""",
-        unit="fraction of held-out prompts", above=0.0, at_most=1.0)
+        a value.""", unit="evaluations", at_least=1, typo_above=10**6,
+        auto="6 on TRL (150 steps at the embedded default's cadence of 25), null on the backends without early stop")
+    stop_at_accuracy: float | str | None = setting(None, """Early stop: end training at the first held-out evaluation
+        during training whose accuracy is >= this (1.0: every held-out prompt solved), recorded like
+        ``stop_after_plateau``. null = never; needs data.eval and eval.every_steps > 0. TRL only (the native
+        backends refuse a value).""", unit="fraction of held-out prompts", above=0.0, at_most=1.0,
+        auto="1.0 on TRL (accuracy cannot rise further), null on the backends without early stop")
 
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")

@@ -1,7 +1,7 @@
 """A real model left with the toy recipe's settings: one warning naming each such field.
 
 The embedded default (``recipes/grpo_math.yaml``) is tuned for ``builtin:tiny-arith``: two new tokens, a learning
-rate of 2e-4 and arithmetic shaping rewards. Pointing only ``model.path`` at a hub or local model keeps those, and
+rate of 1e-3 and arithmetic shaping rewards. Pointing only ``model.path`` at a hub or local model keeps those, and
 the run then trains a real model on one-digit completions at a learning rate that wrecks it; nothing fails, the
 curves just stay flat. :func:`warn_toy_settings` says so once, at plan and run time (``unirl.host.planning.check``).
 """
@@ -15,7 +15,7 @@ from unirl.recipe.schema import Recipe
 log = logging.getLogger(__name__)
 
 TOY_MAX_NEW_TOKENS = 4  # at most this many: one-digit answers (the toy uses 2)
-TOY_LR = 1e-4  # at least this: tiny-model territory (the toy uses 2e-4; real recipes use 1e-6 to 3e-6)
+TOY_LR = 1e-4  # at least this: tiny-model territory (the toy uses 1e-3; real recipes use 1e-6 to 3e-6)
 TOY_REWARDS = ("numeric_closeness", "bare_number")  # shaping for single-number arithmetic answers
 REAL_RECIPE = ("a real recipe (recipe=gsm8k_grpo) uses algorithm.max_new_tokens=1024, algorithm.lr=1e-06 and "
                "rewards=[math_answer]")

@@ -7,8 +7,21 @@ Sources, each read incrementally by byte offset (a torn last line or record is l
 - TensorBoard event files anywhere under ``<run>/native`` and ``<run>/logs`` (OpenRLHF, NeMo RL, slime, vime; verl
   when asked), each file on its own (:mod:`unirl.record.tb_events`);
 - unirl's own reward log (``trajectories.jsonl``), which every backend's reward adapter appends to: its records
-  count the run's reward calls and errors, and where a record carries its step, the step's reward columns come from
-  it (the same numbers on every backend: before any filtering, shaping or normalisation of the backend's).
+  count the run's reward calls and errors, and where a record carries its step (verl and slime rows say which step
+  they train in, unirl/adapters/common.py ``row_tags``), the step's reward columns come from it, named as TRL's
+  runner names them (``reward/total/mean``, ``/std``, ``reward/<name>/mean``, ``reward/<reward>/<component>``,
+  ``reward/errors``): the same numbers on every backend, before any filtering, shaping or normalisation of the
+  backend's. The backend's own reward numbers stay under ``native/``.
+- held-out records (``split: eval``) become ``eval.jsonl`` sample rows of the backend's next eval summary: a backend
+  scores its validation's samples before it logs the validation's metrics (verl ``_validate`` inside ``fit``, before
+  ``logger.log``; slime's eval rollout before its ``eval/`` log), and the native logs are read before the reward log
+  in every poll, so a summary's samples have always been read when the summary is. A summary takes the waiting
+  held-out records in log order up to the first repeat of a held-out prompt (its row index): what follows the
+  repeat is the next validation, scored before this poll and logged after it. The summary's ``accuracy`` is then
+  unirl's, as TRL's eval computes it (``eval.accuracy_reward`` >= ``eval.accuracy_threshold``), with the backend's
+  own numbers under ``native``. With several samples per held-out prompt (verl ``val_kwargs.n``, slime
+  ``--n-samples-per-eval-prompt`` > 1) a repeat does not end a validation: then only the first sample of each prompt
+  is counted, the rest wait for the next summary.
 
 Names go through the backend's :class:`~unirl.record.vocabulary.Vocabulary`; every step's row is handed to a
 :class:`~unirl.record.run_recorder.RunRecorder` (``unirl_metrics``; held-out metrics as ``unirl_eval_done``), so
@@ -32,7 +45,10 @@ from typing import Any
 from unirl.record.run_recorder import RunRecorder
 from unirl.record.tb_events import EventFileReader, event_files
 from unirl.record.trajectory_log import PLAIN
-from unirl.record.vocabulary import Vocabulary, accuracy_reward, vocabulary
+from unirl.record.vocabulary import NATIVE_PREFIX, Vocabulary, accuracy_reward, vocabulary
+
+EVAL_SPLIT = "eval"
+"""The split a held-out record carries (unirl/adapters/common.py ``row_tags``)."""
 
 NATIVE_DIR = "native"
 """Where the backends are told to log: ``<run>/native``."""
@@ -111,6 +127,12 @@ class MetricsBridge:
         self.reward_errors_by_kind: dict[str, int] = {}
         self.first_reward_error: dict[str, Any] | None = None
         self._step_rewards: dict[int, list[dict[str, Any]]] = {}
+        self._eval_records: list[dict[str, Any]] = []
+        """Held-out records waiting for the backend's next eval summary, in log order."""
+        self.reward_records_stepless = 0
+        """Reward-log records with neither a step nor the eval tag (OpenRLHF, NeMo RL, rows that are not unirl's)."""
+        self.reward_records_unidentified = 0
+        """Of those, records whose row metadata did not identify a row of unirl's files (``row_unidentified``)."""
         self.late_values = 0
         """Native values that arrived after their step's row was written (left out of it, counted in the summary)."""
         self.latencies: list[float] = []
@@ -202,8 +224,13 @@ class MetricsBridge:
                 if self.first_reward_error is None:  # the shape unirl's summaries use (RewardStats.first_error)
                     self.first_reward_error = {"reward": str(reward), "kind": kind, "message": str(message)}
             step = record.get("step")
-            if isinstance(step, int) and not isinstance(step, bool) and not record.get("eval"):
+            if record.get("split") == EVAL_SPLIT:
+                self._eval_records.append(record)
+            elif isinstance(step, int) and not isinstance(step, bool):
                 self._step_rewards.setdefault(step, []).append(record)
+            else:
+                self.reward_records_stepless += 1
+                self.reward_records_unidentified += bool(record.get("row_unidentified"))
 
     # --- writing --------------------------------------------------------------------------------------------------
 
@@ -224,14 +251,18 @@ class MetricsBridge:
 
     def _write(self, step: int, entry: _Step) -> int:
         if entry.evals:
-            self.recorder.eval_done(step, self.eval_summary(entry.evals), [])
+            samples = self.eval_samples(self._take_validation())
+            self.recorder.eval_done(step, self.eval_summary(entry.evals, samples), samples)
             self.evals += 1
         if not entry.values:
             return 0
         metrics: dict[str, float] = {}
+        rewards = self._reward_columns(step)
         for name, values in entry.values.items():
-            metrics[self.vocab.unirl_name(name)] = _mean(values)
-        metrics.update(self._reward_columns(step))
+            unirl_name = self.vocab.unirl_name(name)
+            # where unirl's reward log gives the column, the backend's own number stays, as native/<its name>
+            metrics[NATIVE_PREFIX + name if unirl_name in rewards else unirl_name] = _mean(values)
+        metrics.update(rewards)
         self.recorder.metrics(step, metrics)
         if entry.first_seen:
             self.latencies.append(time.time() - entry.first_seen)
@@ -245,32 +276,79 @@ class MetricsBridge:
         records = self._step_rewards.pop(step, [])
         if not records:
             return {}
-        totals = [float(r["total"]) for r in records if isinstance(r.get("total"), int | float)]
-        out: dict[str, float] = {"reward/errors": float(sum(len(r.get("errors") or {}) for r in records))}
+        # TRL's names and reductions (unirl/plugins/trl/runner.py METRIC_NAMES and UnirlCallback.on_log, trl 1.16
+        # grpo_trainer.py:2820-2829): reward = nanmean of the totals, reward_std = nanstd with Bessel's correction
+        # (trl/trainer/utils.py:1021-1043), rewards/<name>/mean = nanmean of that reward; the components and error
+        # counts as unirl's TRL reward adapter logs them (unirl/adapters/trl.py: reward/<reward>/<component>,
+        # reward/errors, reward/errors/<kind>).
+        totals = _finite(r.get("total") for r in records)
+        kinds: dict[str, int] = {}
+        for record in records:
+            for kind in (record.get("error_kinds") or {}).values():
+                kinds[str(kind)] = kinds.get(str(kind), 0) + 1
+        out: dict[str, float] = {"reward/errors": float(sum(len(r.get("errors") or {}) for r in records)),
+                                 **{f"reward/errors/{k}": float(n) for k, n in sorted(kinds.items())}}
         if totals:
             out["reward/total/mean"] = statistics.fmean(totals)
-            out["reward/total/std"] = statistics.pstdev(totals) if len(totals) > 1 else 0.0
+            out["reward/total/std"] = statistics.stdev(totals) if len(totals) > 1 else math.nan
         by_name: dict[str, list[float]] = {}
         for record in records:
             for name, value in (record.get("scores") or {}).items():
-                if isinstance(value, int | float):
-                    by_name.setdefault(f"reward/{name}/mean", []).append(float(value))
+                by_name.setdefault(f"reward/{name}/mean", []).extend(_finite([value]))
             for key, value in (record.get("components") or {}).items():
-                if isinstance(value, int | float):
-                    by_name.setdefault(f"reward/{key}", []).append(float(value))
-        out.update({key: statistics.fmean(values) for key, values in by_name.items()})
+                by_name.setdefault(f"reward/{key}", []).extend(_finite([value]))
+        out.update({key: statistics.fmean(values) if values else math.nan for key, values in by_name.items()})
         return out
 
-    def eval_summary(self, evals: dict[str, float]) -> dict[str, Any]:
-        """An eval.jsonl summary row from the backend's held-out metrics: accuracy by ``eval.accuracy_reward`` where
-        the backend logs it per reward, the mean reward, and every native value."""
+    def _take_validation(self) -> list[dict[str, Any]]:
+        """The waiting held-out records of one validation: in log order, up to the first repeat of a prompt."""
+        taken: list[dict[str, Any]] = []
+        seen: set[Any] = set()
+        for record in self._eval_records:
+            index = record.get("index")
+            if index in seen:
+                break
+            seen.add(index)
+            taken.append(record)
+        del self._eval_records[:len(taken)]
+        return taken
+
+    def eval_samples(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """eval.jsonl sample rows as TRL's eval writes them (unirl/plugins/trl/runner.py ``evaluate``): ``solved`` when
+        ``eval.accuracy_reward`` scored >= ``eval.accuracy_threshold`` (a failed call counts 0)."""
+        reward = accuracy_reward(self.recipe)
+        threshold = float((self.recipe.get("eval") or {}).get("accuracy_threshold", 1.0))
+        out = []
+        for r in records:
+            value = (r.get("scores") or {}).get(reward) if reward else None
+            solved = (value if isinstance(value, int | float) and math.isfinite(value) else 0.0) >= threshold
+            out.append({"prompt": r.get("prompt"), "completion": r.get("completion"), "reference": r.get("reference"),
+                        "solved": solved, "total": r.get("total"), "scores": r.get("scores") or {},
+                        "components": r.get("components") or {}, "errors": r.get("errors") or {},
+                        "index": r.get("index"), "data_source": r.get("data_source")})
+        return out
+
+    def eval_summary(self, evals: dict[str, float], samples: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """An eval.jsonl summary row. With the validation's samples from unirl's reward log (:meth:`eval_samples`):
+        n, solved, accuracy and the mean total as TRL's eval computes them (``accuracy_from: reward_log``); without:
+        accuracy by ``eval.accuracy_reward`` where the backend logs it per reward and the backend's mean reward
+        (``accuracy_from: native``). Every native value is kept under ``native``."""
+        native = dict(sorted(evals.items()))
+        if samples:
+            solved = sum(bool(s["solved"]) for s in samples)
+            totals = _finite(s.get("total") for s in samples)
+            return {"accuracy": solved / len(samples), "reward_mean": statistics.fmean(totals) if totals else math.nan,
+                    "solved": solved, "n": len(samples),
+                    "distinct_completions": len({s.get("completion") for s in samples}),
+                    "accuracy_reward": accuracy_reward(self.recipe), "accuracy_from": "reward_log",
+                    "source": self.backend, "native": native}
         accuracy = next((v for k, v in evals.items() if self.vocab.eval_accuracy
                          and self.vocab.eval_accuracy(k, self.recipe)), math.nan)
         mean_reward = next((v for k, v in evals.items() if self.vocab.eval_mean_reward
                             and self.vocab.eval_mean_reward(k)), math.nan)
         return {"accuracy": accuracy, "reward_mean": mean_reward, "solved": None, "n": None,
-                "accuracy_reward": accuracy_reward(self.recipe), "source": self.backend,
-                "native": dict(sorted(evals.items()))}
+                "accuracy_reward": accuracy_reward(self.recipe), "accuracy_from": "native", "source": self.backend,
+                "native": native}
 
     def summary(self) -> dict[str, Any]:
         """What the bridge saw, for the run's summary.json."""
@@ -280,11 +358,20 @@ class MetricsBridge:
                                # call: records, not calls
                                "reward_log_records": self.reward_calls, "reward_errors": self.reward_errors,
                                "reward_errors_by_kind": dict(self.reward_errors_by_kind),
+                               "reward_log_records_stepless": self.reward_records_stepless,
+                               "reward_log_records_unidentified": self.reward_records_unidentified,
+                               "eval_records_unattached": len(self._eval_records),
                                "native_logs": sorted(str(p.relative_to(self.run_dir))
                                                      for p in [*self._jsonl, *self._events])}
         if self.first_reward_error is not None:
             out["first_reward_error"] = self.first_reward_error
         return out
+
+
+def _finite(values: Any) -> list[float]:
+    """The finite numbers among ``values`` (TRL's nanmean/nanstd leave NaN out; a failed call's score is None)."""
+    return [float(v) for v in values
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
 
 
 def _mean(values: list[float]) -> float:

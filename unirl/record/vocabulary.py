@@ -108,8 +108,9 @@ VERL = Vocabulary(
     notes={
         "tokens_per_s": "per GPU: (prompt + response tokens) / (step time x GPUs) (verl/trainer/ppo/metric_utils.py "
                         "compute_throughout_metrics)",
-        "reward/total/mean": "critic/score/mean: the sequence score of the step's batch, after dynamic filtering "
-                             "when it is on",
+        "reward/total/mean": "unirl's reward log where the rows are unirl's exported files (their extra_info says "
+                             "the step); else critic/score/mean: the sequence score of the step's batch, after dynamic "
+                             "filtering when it is on (kept as native/critic/score/mean when the log gives the column)",
         "entropy": "old-policy forward, aggregated with loss_agg_mode",
         "clip_ratio": "actor/pg_clipfrac; verl's actor/pg_clipfrac_lower is the dual-clip fraction (native/...)",
         "completion_truncated/frac": "response length equal to the padded width",
@@ -188,7 +189,9 @@ SLIME = Vocabulary(
     notes={
         "train/*": "logged per optimizer update; the updates of one rollout are averaged into its unirl step",
         "step_time_s": "perf/step_time: waiting for and running training only, not generation",
-        "reward/total/mean": "rollout/raw_reward (rollout/rewards is the normalised advantage input, about 0)",
+        "reward/total/mean": "unirl's reward log where the rows are unirl's exported files (their metadata says the "
+                             "step); else rollout/raw_reward (kept as native/rollout/raw_reward when the log gives it; "
+                             "rollout/rewards is the normalised advantage input, about 0)",
         "entropy": "train/entropy_loss: the mean entropy, a positive number",
     },
 )

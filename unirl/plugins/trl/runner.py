@@ -329,8 +329,10 @@ class EarlyStop:
     stop are those of that step (the run does not roll back to the best evaluation)."""
 
     def __init__(self, recipe: Recipe) -> None:
-        self.patience = recipe.eval.stop_after_plateau
-        self.target = recipe.eval.stop_at_accuracy
+        # ``auto`` is resolved before a plan reaches the runner (unirl/backend/auto.py): a number or null here
+        patience, target = recipe.eval.stop_after_plateau, recipe.eval.stop_at_accuracy
+        self.patience = None if patience is None else int(patience)
+        self.target = None if target is None else float(target)
         self.best: float | None = None
         self.stale = 0  # evaluations in a row since the best, none of them above it
 
