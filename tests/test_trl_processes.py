@@ -26,7 +26,8 @@ from unirl.plugins.trl.framework import TrlFramework
 from unirl.recipe.schema import Recipe, ResourcesConfig
 
 SHORT = ["algorithm.steps=8", "eval.every_steps=4", "logging.trajectories_every=1", "logging.progress=false"]
-COMPLETIONS = 8 * 16  # the embedded default: prompts_per_step x samples_per_prompt
+GROUP = 8  # the embedded default's samples_per_prompt
+COMPLETIONS = 16 * GROUP  # prompts_per_step x samples_per_prompt
 HELD_OUT = 11
 
 
@@ -55,6 +56,7 @@ def groups(trajectories: list[dict], step: int) -> list[tuple[str, int]]:
 @pytest.mark.train
 def test_two_gloo_processes_write_the_record_of_one_run(two_ranks: Path) -> None:
     plan = json.loads((two_ranks / "plan.json").read_text())
+    assert plan["recipe"]["algorithm"]["samples_per_prompt"] == GROUP
     assert plan["command"][:8] == ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
                                    "--standalone"]
     summary = json.loads((two_ranks / "summary.json").read_text())
@@ -69,7 +71,7 @@ def test_two_gloo_processes_write_the_record_of_one_run(two_ranks: Path) -> None
     assert len(trajectories) == 8 * COMPLETIONS
     for step in range(1, 9):  # each step whole: 128 completions, in groups of samples_per_prompt
         assert sum(n for _, n in groups(trajectories, step)) == COMPLETIONS
-        assert all(n % 16 == 0 for _, n in groups(trajectories, step))
+        assert all(n % plan["recipe"]["algorithm"]["samples_per_prompt"] == 0 for _, n in groups(trajectories, step))
     metrics = read_jsonl(two_ranks / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, 9))  # once each: rank 1 writes nothing
     for m in metrics:
