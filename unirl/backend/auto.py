@@ -11,8 +11,6 @@ changed: a backend that cannot honour it refuses it, naming the field.
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -65,11 +63,6 @@ def resolve(recipe: Recipe, framework: Backend) -> Resolution:
     return Resolution(recipe, tuple(values))
 
 
-def unresolved(recipe: Recipe) -> list[str]:
-    """The fields of ``recipe`` still at ``auto`` (none, once a backend resolved it)."""
-    return [dotted for dotted, _ in _PREFERENCES if value_at(recipe, dotted) == AUTO]
-
-
 # --- the preference lists, first choice first ---------------------------------------------------------------------
 
 
@@ -85,7 +78,7 @@ def _gpus(recipe: Recipe, framework: Backend) -> list[Candidate]:
         if caps.needs_gpu:  # refused by resources.device already; say what was assumed
             return [(1, "assumed: resources.device=cpu, but the backend trains on GPUs only")]
         return [(0, "resources.device=cpu")]
-    found, how = machine_gpus()
+    found, how = count_gpus()
     if caps.needs_gpu:
         if found:
             return [(found, f"the GPUs found on this machine ({how})")]
@@ -176,15 +169,3 @@ def _first_accepted(recipe: Recipe, framework: Backend, dotted: str, candidates:
 def _with(recipe: Recipe, dotted: str, value: Any) -> Recipe:
     group, _, name = dotted.partition(".")
     return replace(recipe, **{group: replace(getattr(recipe, group), **{name: value})})
-
-
-_GPU_COUNTS: dict[tuple[str | None, str | None], tuple[int, str]] = {}
-
-
-def machine_gpus() -> tuple[int, str]:
-    """This machine's GPUs (:func:`unirl.backend.environment.count_gpus`), counted once per nvidia-smi and
-    CUDA_VISIBLE_DEVICES: every backend and every plan of one command resolve against the same count."""
-    key = (shutil.which("nvidia-smi"), os.environ.get("CUDA_VISIBLE_DEVICES"))
-    if key not in _GPU_COUNTS:
-        _GPU_COUNTS[key] = count_gpus()
-    return _GPU_COUNTS[key]

@@ -148,9 +148,20 @@ def launch_command(plan: LaunchPlan, run_dir: Path) -> tuple[list[str], dict[str
     return [*wrapped, "-w", str(run_dir), str(env_spec.image), *command], {}
 
 
+_GPU_COUNTS: dict[tuple[str | None, str | None], tuple[int, str]] = {}
+
+
 def count_gpus() -> tuple[int, str]:
-    """GPUs on this node and how that was found (``nvidia-smi -L``; CUDA_VISIBLE_DEVICES narrows it)."""
-    smi = shutil.which("nvidia-smi")
+    """GPUs on this node and how that was found (``nvidia-smi -L``; CUDA_VISIBLE_DEVICES narrows it), counted once
+    per nvidia-smi and CUDA_VISIBLE_DEVICES: the plan's ``auto`` GPUs, the preflight and the launch's check of one
+    command all see the same count, for one nvidia-smi call."""
+    key = (shutil.which("nvidia-smi"), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if key not in _GPU_COUNTS:
+        _GPU_COUNTS[key] = _count_gpus(key[0])
+    return _GPU_COUNTS[key]
+
+
+def _count_gpus(smi: str | None) -> tuple[int, str]:
     if smi is None:
         return 0, "nvidia-smi is not on PATH"
     try:
