@@ -294,6 +294,52 @@ def test_openrlhfs_own_tensorboard_logger_becomes_metrics_and_eval(tmp_path: Pat
     assert (run_dir / "curves.png").exists()
 
 
+@pytest.mark.openrlhf
+def test_openrlhf_labels_say_their_row_so_eval_samples_come_from_unirls_reward_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """unirl's exported JSONL through OpenRLHF's own ``prepare_datasets`` (its shuffled train loader, its eval
+    loader), every completion scored by the generated reward file as OpenRLHF's engines call it, its
+    TensorboardLogger logging the steps (tests/backends/openrlhf_tb_harness.py --rows): the label carries the row's
+    place, so each validation becomes one eval.jsonl sample per held-out prompt with unirl's accuracy. Train rows
+    are known by index but get no step (OpenRLHF shuffles its loader), so the reward columns stay OpenRLHF's."""
+    from unirl.recipe.schema import EvalConfig, ModelConfig
+
+    python = backend_python("openrlhf")
+    plan = native_run(tmp_path, monkeypatch, OpenRlhfFramework(), "openrlhf", python,
+                      [str(HARNESSES / "openrlhf_tb_harness.py"), "--dir", "{tb}", "--steps", "4",
+                       "--eval-steps", "2", "--rows", "{run}", "--scores-out", str(tmp_path / "scores.json")], 4,
+                      model=ModelConfig(path="builtin:tiny-arith"), eval=EvalConfig(before_training=False,
+                                                                                    every_steps=2))
+    run_dir = tmp_path / "run"
+    plan = replace(plan, command=[c.replace("{tb}", str(run_dir / "native" / "tb")).replace("{run}", str(run_dir))
+                                  for c in plan.command])
+    result = submit(plan, run_dir)
+    assert result.state == "completed", result.log_tail
+    returned = json.loads((tmp_path / "scores.json").read_text())
+    held_out = len(read_jsonl(run_dir / "data" / "eval.jsonl"))
+    eval_rows = read_jsonl(run_dir / "eval.jsonl")
+    summaries = [e for e in eval_rows if e["kind"] == "summary"]
+    assert [e["step"] for e in summaries] == [2, 4]
+    for summary in summaries:
+        samples = [e for e in eval_rows if e["kind"] == "sample" and e["step"] == summary["step"]]
+        assert len(samples) == held_out == summary["n"]  # one row per held-out prompt
+        assert sorted(e["index"] for e in samples) == list(range(held_out))
+        assert all(not str(e["reference"]).startswith("unirl-row:") for e in samples)  # the reference, unwrapped
+        solved = sum(s["math_answer"] >= 1.0 for s in returned["eval"][str(summary["step"])])
+        assert summary["solved"] == solved == summary["step"]  # the harness answers the first `step` right
+        assert summary["accuracy"] == pytest.approx(solved / held_out) and summary["accuracy_from"] == "reward_log"
+        assert any(k.startswith("eval/eval_") for k in summary["native"])  # OpenRLHF's own pass1, kept
+    records = read_jsonl(run_dir / "trajectories.jsonl")
+    train = [r for r in records if r.get("split") == "train"]
+    assert len(train) == 4 * 8 * 8 and all(r["step"] is None for r in train)  # known rows, no guessed step
+    assert sorted({r["index"] for r in train}) == list(range(4 * 8))  # each exported train prompt drawn once
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reward_log_records"] == 4 * 64 + 2 * held_out and summary["eval_records_unattached"] == 0
+    assert summary["reward_log_records_stepless"] == 4 * 64 and summary["reward_log_records_unidentified"] == 0
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and "reward/total/mean" in rows[0]  # OpenRLHF's own number
+
+
 # --- slime: two processes, two step axes, one directory --------------------------------------------------------------
 
 
@@ -406,6 +452,92 @@ def test_slime_samples_say_their_step_through_unirls_slime_adapter(tmp_path: Pat
     for summary in summaries:
         samples = [e for e in eval_rows if e["kind"] == "sample" and e["step"] == summary["step"]]
         assert sorted(e["index"] for e in samples) == list(range(len(held_out)))
+
+
+def test_nemo_rl_ground_truth_says_its_row_so_reward_columns_and_eval_samples_are_unirls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """unirl's exported JSONL as NeMo RL hands it to an environment (ResponseDataset keeps ``output``, which
+    math_hf_data_processor passes as ``extra_env_info["ground_truth"]``, processors.py:389-392 @ v0.7.0; with
+    ``data.shuffle=false`` step N draws rows ``(N-1) x num_prompts_per_step`` on), scored through unirl's NeMo RL
+    environment on the upstream interface (tests/interfaces/nemo_rl.py), NeMo RL's TensorBoard logging path writing
+    the steps (tests/backends/nemo_rl_tb_harness.py): the reward columns and the eval samples are unirl's."""
+    import statistics
+
+    from tests.interfaces import nemo_rl as upstream
+    from unirl.plugins.nemo_rl.framework import NemoRlFramework
+    from unirl.record.follow import Follower
+    from unirl.rewards.row_origin import untag_reference
+
+    upstream.install(monkeypatch)
+    from unirl.adapters.nemo_rl import UnirlEnvironment
+
+    monkeypatch.setattr(unirl.backend.native, "check_gpus", lambda *a: None)
+    plan = NemoRlFramework().plan(gpu_recipe("nemo_rl", algorithm={"steps": 3, "prompts_per_step": 4,
+                                                                   "samples_per_prompt": 2},
+                                             options={"max_total_sequence_length": 1024}))
+    assert plan.native_config["overrides"]["data.shuffle"] is False
+    run_dir = tmp_path / "run"
+    resolved = prepare_run(get_host(), plan, run_dir)
+    env = UnirlEnvironment({"unirl_spec": resolved.env["UNIRL_REWARD_SPEC"]})
+    train, held_out = read_jsonl(run_dir / "data" / "train.jsonl"), read_jsonl(run_dir / "data" / "eval.jsonl")
+    assert len(train) == 3 * 4
+
+    def score(rows: list[dict[str, object]], right: list[bool]) -> list[dict[str, float]]:
+        logs = [[{"role": "user", "content": r["input"]},
+                 {"role": "assistant", "content": untag_reference(r["output"])[0] if ok else "no"}]
+                for r, ok in zip(rows, right, strict=True)]
+        out = env.step(logs, [{"ground_truth": r["output"]} for r in rows])
+        return [m["unirl"] for m in out.metadata]
+
+    returned: dict[int, list[dict[str, float]]] = {}
+    for step in (1, 2, 3):
+        rows = [r for r in train[(step - 1) * 4: step * 4] for _ in range(2)]  # each num_generations_per_prompt times
+        returned[step] = score(rows, [i % step == 0 for i in range(len(rows))])
+        if step == 2:  # val_period 2: every held-out prompt once, before the validation's log
+            score(held_out, [i < 3 for i in range(len(held_out))])
+    assert returned[1] and all(r["math_answer"] == 1.0 for r in returned[1])  # scored against the unwrapped reference
+    records = read_jsonl(run_dir / "trajectories.jsonl")
+    assert all(not str(r["reference"]).startswith("unirl-row:") for r in records)
+    log_dir = run_dir / "logs"
+    harness = [sys.executable, str(HARNESSES / "nemo_rl_tb_harness.py"), "--log-dir", str(log_dir), "--steps", "3",
+               "--val-steps", "2", "--accuracy", "2:0.125"]
+    recipe = json.loads((run_dir / "plan.json").read_text())["recipe"]
+    follower = Follower(RunInfo(run_dir, "nemo_rl", recipe), harness, get_host().lifecycle, interval=0.1)
+    assert follower.run_child() == 0
+    metrics = {r["step"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
+    assert sorted(metrics) == [1, 2, 3]
+    for step in (1, 2, 3):
+        assert metrics[step]["reward/math_answer/mean"] == pytest.approx(
+            statistics.fmean(r["math_answer"] for r in returned[step]))
+        assert metrics[step]["native/train/reward"] == pytest.approx(0.1 * step)  # NeMo RL's own, kept
+        assert metrics[step]["loss"] == pytest.approx(0.5 / step)
+    assert metrics[1]["reward/math_answer/mean"] == 1.0 and metrics[2]["reward/math_answer/mean"] == 0.5
+    eval_rows = read_jsonl(run_dir / "eval.jsonl")
+    [summary] = [e for e in eval_rows if e["kind"] == "summary"]
+    assert (summary["step"], summary["n"], summary["solved"]) == (2, len(held_out), 3)
+    assert summary["native"] == {"validation/accuracy": 0.125}
+    samples = [e for e in eval_rows if e["kind"] == "sample"]
+    assert sorted(e["index"] for e in samples) == list(range(len(held_out)))
+    found = json.loads((run_dir / "summary.json").read_text())
+    assert found["reward_log_records_stepless"] == 0 and found["eval_records_unattached"] == 0
+
+
+def test_a_reference_carries_its_rows_place_and_a_forged_or_broken_tag_stays_a_plain_reference() -> None:
+    from unirl.rewards.row_origin import tag_reference, untag_reference
+
+    for reference in ("5", None, "", "unirl-row:{}", 'quote " and \u00e9', "x" * 10_000):
+        assert untag_reference(tag_reference(reference, "eval", 7)) == (reference, {"split": "eval", "index": 7})
+    with pytest.raises(ValueError, match="split 'test'"):
+        tag_reference("5", "test", 0)
+    for label in ("5", 5, None, "", "unirl-row:", "unirl-row:{", "unirl-row:[1]", "unirl-row:null",
+                  'unirl-row:{"index": 1, "reference": "5"}',  # a key missing
+                  'unirl-row:{"index": 1, "reference": "5", "split": "train", "step": 9}',  # a key more
+                  'unirl-row:{"index": -1, "reference": "5", "split": "train"}',
+                  'unirl-row:{"index": true, "reference": "5", "split": "train"}',
+                  'unirl-row:{"index": 1.0, "reference": "5", "split": "train"}',
+                  'unirl-row:{"index": 1, "reference": 5, "split": "train"}',
+                  'unirl-row:{"index": 1, "reference": "5", "split": "test"}'):
+        assert untag_reference(label) == (label, None), label
 
 
 def test_rows_that_are_not_unirls_stay_step_less_and_are_counted(tmp_path: Path,

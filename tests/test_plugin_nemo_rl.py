@@ -36,6 +36,7 @@ from unirl.recipe.schema import (
     RolloutConfig,
     RunSection,
 )
+from unirl.rewards.row_origin import untag_reference
 from unirl.rewards.spec import RewardPolicy
 
 GOLDEN = Path(__file__).parent / "golden" / "nemo_rl"
@@ -362,10 +363,14 @@ def test_hydra_applies_every_override_to_the_base_config() -> None:
 # --- the data row ---------------------------------------------------------------------------------------------
 
 
-def test_nemo_rl_rows_carry_plain_text_input_and_output() -> None:
+def test_nemo_rl_rows_carry_plain_text_input_and_the_reference_with_the_rows_place() -> None:
     chat = CanonicalRow(0, [{"role": "user", "content": "2+3="}], "5", "arith", "train")
-    assert nemo_rl_row(chat) == {"input": "2+3=", "output": "5", "data_source": "arith"}
-    assert nemo_rl_row(CanonicalRow(1, "4+4=", None, "arith", "eval"))["output"] == ""
+    row = nemo_rl_row(chat)
+    assert row["input"] == "2+3=" and row["data_source"] == "arith"
+    # output is all NeMo RL hands the environment (as ground_truth): it carries the reference and the row's place
+    assert untag_reference(row["output"]) == ("5", {"split": "train", "index": 0})
+    assert untag_reference(nemo_rl_row(CanonicalRow(1, "4+4=", None, "arith", "eval"))["output"]) == (
+        None, {"split": "eval", "index": 1})
     system = CanonicalRow(2, [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1="}], "2",
                           "arith", "train")
     with pytest.raises(FieldError, match=r"data\.train=.*one user message"):

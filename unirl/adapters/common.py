@@ -49,12 +49,15 @@ TRAIN_SPLIT, EVAL_SPLIT = "train", "eval"  # unirl.backend.export's split names 
 
 
 def row_tags(origin: Mapping[str, Any] | None, prompts_per_step: int | None,
-             steps: int | None) -> dict[str, Any] | None:
+             steps: int | None, in_order: bool = True) -> dict[str, Any] | None:
     """What a scored record says about its row, from the row's metadata as unirl's exporter wrote it (``split``,
     ``index``): ``{"step": n, "split": "train", "index": i}`` for row ``i`` of the train file (``n = i //
     prompts_per_step + 1``), ``{"step": None, "split": "eval", "index": i}`` for a held-out row, None where the origin
     does not identify a row of unirl's files (no split or index, an index that is not a whole number, a train index
-    beyond ``steps x prompts_per_step``, or no ``prompts_per_step`` to count with)."""
+    beyond ``steps x prompts_per_step``, or no ``prompts_per_step`` to count with).
+
+    ``in_order=False``: the backend draws the train file in an order of its own (OpenRLHF), so a train row's place
+    does not tell its step: ``{"step": None, "split": "train", "index": i}``."""
     if not isinstance(origin, Mapping):
         return None
     split, index = origin.get("split"), origin.get("index")
@@ -67,6 +70,8 @@ def row_tags(origin: Mapping[str, Any] | None, prompts_per_step: int | None,
         return None
     if steps and index >= steps * prompts_per_step:
         return None
+    if not in_order:
+        return {"step": None, "split": TRAIN_SPLIT, "index": index}
     return {"step": index // prompts_per_step + 1, "split": TRAIN_SPLIT, "index": index}
 
 
@@ -95,19 +100,19 @@ class BackendRewards:
         self.recorder.run_start()
         atexit.register(self.end)  # a backend process ends without telling its reward function
 
-    def score(self, samples: list[Sample],
-              origins: Sequence[Mapping[str, Any] | None] | None = None) -> list[ScoredSample]:
+    def score(self, samples: list[Sample], origins: Sequence[Mapping[str, Any] | None] | None = None,
+              in_order: bool = True) -> list[ScoredSample]:
         """Score, record every sample (with errors and tracebacks), then apply the policy (may raise RewardAbort).
 
         ``origins``: per sample, the row metadata the backend passed (None: the backend passes none); each record is
-        tagged with its step or as eval where it identifies a row (:func:`row_tags`)."""
+        tagged with its step or as eval where it identifies a row (:func:`row_tags`; ``in_order`` as there)."""
         scored = self.executor.score(samples)
         pid = os.getpid()
         records = []
         for i, (sample, result) in enumerate(zip(samples, scored, strict=True)):
             tags: dict[str, Any] = {"step": None}
             if origins is not None and origins[i] is not None:
-                found = row_tags(origins[i], self.prompts_per_step, self.steps)
+                found = row_tags(origins[i], self.prompts_per_step, self.steps, in_order)
                 if found is None:
                     self.rows_unidentified += 1
                     tags["row_unidentified"] = True

@@ -27,6 +27,7 @@ from nemo_rl.environments.interfaces import EnvironmentInterface, EnvironmentRet
 
 from unirl.adapters.common import native_row, runtime_for
 from unirl.rewards.contract import Sample
+from unirl.rewards.row_origin import untag_reference
 
 ENV_NAME = "unirl"
 ACTOR_FQN = "unirl.adapters.nemo_rl.UnirlEnvironmentActor"
@@ -36,7 +37,7 @@ ANSWER_ROLE = "assistant"
 def sample_from_nemo(message_log: list[dict[str, Any]], metadata: dict[str, Any] | None) -> Sample:
     """The prompt is every non-assistant turn, the completion every assistant turn (as MathEnvironment does)."""
     meta = dict(metadata or {})
-    reference = meta.pop("ground_truth", None)
+    reference, _ = untag_reference(meta.pop("ground_truth", None))
     meta.pop("unirl", None)  # our own write-back from an earlier turn
     prompt = "".join(str(m["content"]) for m in message_log if m.get("role") != ANSWER_ROLE)
     completion = "".join(str(m["content"]) for m in message_log if m.get("role") == ANSWER_ROLE)
@@ -58,7 +59,10 @@ class UnirlEnvironment(EnvironmentInterface):  # type: ignore[misc]  # NeMo RL's
 
         runtime = runtime_for("nemo_rl", self.spec_path)
         samples = [sample_from_nemo(log, meta) for log, meta in zip(message_log_batch, metadata, strict=True)]
-        rows = [native_row(s) for s in runtime.score(samples)]
+        # unirl's export carries each row's place in ground_truth (unirl/rewards/row_origin.py); with NeMo RL's
+        # shuffle off (data.shuffle=false) a train row's place is its step
+        origins = [untag_reference((meta or {}).get("ground_truth"))[1] for meta in metadata]
+        rows = [native_row(s) for s in runtime.score(samples, origins)]
         out_metadata = [{**(meta or {}), "unirl": row} for meta, row in zip(metadata, rows, strict=True)]
         totals = torch.tensor([row["score"] for row in rows], dtype=torch.float32)
         return EnvironmentReturn(

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from unirl.adapters.common import end_runtimes, native_row, runtime_for
 from unirl.rewards.contract import Sample
+from unirl.rewards.row_origin import untag_reference
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +64,22 @@ def split_query(query: str, prompt: str, ends: tuple[str, ...]) -> tuple[str, bo
 
 
 def score_queries(queries: list[str], prompts: list[str], labels: list[Any]) -> dict[str, Any]:
-    """Score OpenRLHF's (query, prompt, label) lists; raises on adapter problems and policy aborts."""
+    """Score OpenRLHF's (query, prompt, label) lists; raises on adapter problems and policy aborts.
+
+    A label unirl exported carries its row's place (unirl/rewards/row_origin.py): held-out rows are recorded as
+    eval, train rows by index but without a step, since OpenRLHF draws its prompt loader shuffled, with no switch
+    (``prepare_datasets`` passes ``shuffle=True``, openrlhf/trainer/ppo_trainer.py:42-49 @ 0.11.2)."""
     runtime = runtime_for("openrlhf")
     ends = end_texts()
     samples = []
+    origins = []
     for query, prompt, label in zip(queries, prompts, labels, strict=True):
         completion, truncated = split_query(str(query), str(prompt), ends)
+        label, origin = untag_reference(label)
         reference = None if label is None or label == "" else str(label)
         samples.append(Sample(prompt=str(prompt), completion=completion, reference=reference, truncated=truncated))
-    rows = [native_row(s) for s in runtime.score(samples)]
+        origins.append(origin)
+    rows = [native_row(s) for s in runtime.score(samples, origins, in_order=False)]
     totals = [row["score"] for row in rows]
     extra_logs = {key: [row[key] for row in rows] for key in rows[0] if key != "score"}
     return {"rewards": totals, "scores": totals, "extra_logs": extra_logs}

@@ -23,6 +23,7 @@ from unirl.data.builtin.tiny_model import warn_unknown_characters
 from unirl.data.loading import limit, load_rows, reference_of, render_prompt
 from unirl.errors import FieldError, UnirlError
 from unirl.recipe.schema import Recipe, split_source
+from unirl.rewards.row_origin import tag_reference
 
 # The key under which a row's prompt text travels to the reward adapter when the backend keeps only messages.
 PROMPT_TEXT_KEY = "unirl_prompt"
@@ -108,8 +109,12 @@ def verl_row(row: CanonicalRow) -> dict[str, Any]:
 
 
 def openrlhf_row(row: CanonicalRow) -> dict[str, Any]:
-    """OpenRLHF's prompt dataset: ``--data.input_key input --data.label_key label``, ``datasource`` for eval."""
-    return {"input": row.prompt, "label": row.reference or "", "datasource": row.data_source}
+    """OpenRLHF's prompt dataset: ``--data.input_key input --data.label_key label``, ``datasource`` for eval.
+
+    The label is the only column OpenRLHF hands the reward function, so it carries the row's place with the
+    reference (unirl/rewards/row_origin.py), which unirl's OpenRLHF adapter reads back."""
+    return {"input": row.prompt, "label": tag_reference(row.reference, row.split, row.index),
+            "datasource": row.data_source}
 
 
 def slime_row(row: CanonicalRow) -> dict[str, Any]:
@@ -126,7 +131,9 @@ def nemo_rl_row(row: CanonicalRow) -> dict[str, Any]:
     name comes from the file's path; response_dataset.py:54-85 @ v0.7.0); math_hf_data_processor then renders
     ``input`` with the chat template and hands ``output`` to the environment as ``ground_truth``
     (processors.py:389-392). A chat prompt therefore has to be one user message, whose content is the input.
-    ``data_source`` stays in the file for people reading it; NeMo RL does not pass it on.
+    ``data_source`` stays in the file for people reading it; NeMo RL does not pass it on. ``output`` is the only
+    column that reaches the environment, so it carries the row's place with the reference
+    (unirl/rewards/row_origin.py), which unirl's NeMo RL environment reads back.
     """
     if isinstance(row.prompt, str):
         text = row.prompt
@@ -137,7 +144,8 @@ def nemo_rl_row(row: CanonicalRow) -> dict[str, Any]:
         raise FieldError(f"data.{row.split}", f"row {row.index} with messages {roles}",
                          "NeMo RL's math_hf_data_processor takes one user message per prompt (a system prompt only "
                          "from a file for the whole dataset)")
-    return {"input": text, "output": row.reference or "", "data_source": row.data_source}
+    return {"input": text, "output": tag_reference(row.reference, row.split, row.index),
+            "data_source": row.data_source}
 
 
 FORMATS: dict[str, tuple[Callable[[CanonicalRow], dict[str, Any]], str]] = {

@@ -24,6 +24,7 @@ from typing import Any
 from unirl.backend.plan import LaunchPlan
 from unirl.plugins.openrlhf.parser_schema import train_time_problems, validate
 from unirl.plugins.openrlhf.resources import demand_problems
+from unirl.rewards.row_origin import untag_reference
 
 
 def read_and_score(args: Any, run_dir: str) -> list[str]:
@@ -49,7 +50,8 @@ def read_and_score(args: Any, run_dir: str) -> list[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     datasource, prompt, label = item[0], item[1], item[2]
-    out = module.reward_func([prompt + str(label) + tokenizer.eos_token], [prompt], [label])
+    reference, _ = untag_reference(label)  # the reference unirl's label wraps (unirl/rewards/row_origin.py)
+    out = module.reward_func([prompt + str(reference) + tokenizer.eos_token], [prompt], [label])
     seen.append(f"reward of row 0's reference answer ({datasource}): {float(out['rewards'])}")  # one sample: a number
     return seen
 
