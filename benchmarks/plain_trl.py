@@ -63,20 +63,33 @@ def greedy_accuracy() -> float:
 
 
 class EvalCadence(TrainerCallback):
+    """The recipe's evaluation cadence and its early stop (eval.stop_at_accuracy, eval.stop_after_plateau: stop at
+    the target, or after that many evaluations in a row without a new best), so both sides train the same steps."""
+
+    def __init__(self, before: float) -> None:
+        self.best, self.stale = before, 0
+        self.target = plan["recipe"]["eval"]["stop_at_accuracy"]
+        self.patience = plan["recipe"]["eval"]["stop_after_plateau"]
+
     def on_step_end(self, args, state, control, **kw):
         every = plan["recipe"]["eval"]["every_steps"]
         if every and state.global_step % every == 0 and state.global_step < args.max_steps:
-            greedy_accuracy()
+            accuracy = greedy_accuracy()
+            self.best, self.stale = (accuracy, 0) if accuracy > self.best else (self.best, self.stale + 1)
+            if ((self.target is not None and accuracy >= self.target)
+                    or (self.patience is not None and self.stale >= self.patience)):
+                control.should_training_stop = True
 
 
 before = greedy_accuracy()
 trainer = GRPOTrainer(model=model, reward_funcs=[correct, closeness, bare_number],
                       args=GRPOConfig(output_dir=str(out_dir), **args), train_dataset=train, processing_class=tok,
-                      callbacks=[EvalCadence()])
+                      callbacks=[EvalCadence(before)])
 trainer.remove_callback(PrinterCallback)
 t_train = time.monotonic()
 trainer.train()
 train_s = time.monotonic() - t_train
 after = greedy_accuracy()
 print(json.dumps({"accuracy_before": before, "accuracy_after": after, "train_s": train_s,
+                  "steps": trainer.state.global_step,
                   "wall_time_s": time.monotonic() - t0}))

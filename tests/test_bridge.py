@@ -208,6 +208,31 @@ def test_sigterm_to_the_follower_mid_run_stops_the_backend_keeps_the_record_and_
 
 
 @pytest.mark.verl
+def test_sigkill_to_the_follower_kills_the_backend_keeps_the_metrics_and_still_leaves_a_summary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
+    """A SIGKILL cannot be caught: the backend dies with its follower (PR_SET_PDEATHSIG) and the scheduler writes
+    the summary the follower could not, from what metrics.jsonl kept."""
+    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--sleep", "1.0", steps=30)
+    run_dir = tmp_path / "run"
+    results: list[JobResult] = []
+    thread = threading.Thread(target=lambda: results.append(submit(plan, run_dir)))
+    thread.start()
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and (not metrics.exists() or len(read_jsonl(metrics)) < 2):
+        time.sleep(0.2)
+    follower = int(json.loads((run_dir / "job.json").read_text())["job_id"])
+    os.kill(follower, signal.SIGKILL)
+    thread.join(120)
+    assert results and results[0].state == "failed" and results[0].exit_code == -signal.SIGKILL
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steps = [r["step"] for r in read_jsonl(metrics)]
+    assert summary["state"] == "failed" and summary["error"] == "killed by signal SIGKILL"
+    assert summary["steps_logged"] == len(steps) >= 2 and summary["last_step"] == steps[-1]
+    assert json.loads((run_dir / "job.json").read_text())["state"] == "failed"
+
+
+@pytest.mark.verl
 def test_verl_rows_say_their_step_so_reward_columns_and_eval_samples_come_from_unirls_reward_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
     """unirl's exported parquet read by verl's RLHFDataset, every completion scored through unirl's verl adapter as

@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from unirl.backend.plan import LaunchPlan
 from unirl.errors import UnirlError
-from unirl.record.layout import CURVES, PLAN, SUMMARY, write_json
+from unirl.record.layout import CURVES, METRICS, PLAN, SUMMARY, read_jsonl, write_json
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +166,22 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 def finish(run_dir: Path, scheduler: str, result: JobResult) -> JobResult:
     """Record how the job ended (state, exit code, error, the log tail of a failure) and return it."""
     draw_missing_curves(run_dir, result)
+    write_missing_summary(run_dir, result)
     write_job_record(run_dir, scheduler, result.job_id, result.state, {}, exit_code=result.exit_code,
                      error=result.error, log_tail=result.log_tail[-4000:] if result.state != "completed" else "")
     return result
+
+
+def write_missing_summary(run_dir: Path, result: JobResult) -> None:
+    """summary.json for a run whose own process died before writing one (a SIGKILL, the OOM killer, a node lost):
+    how the job ended and what ``metrics.jsonl`` kept, so a reader never finds a run without an outcome."""
+    if result.state == "completed" or (run_dir / SUMMARY).exists() or not (run_dir / PLAN).exists():
+        return
+    steps = [r["step"] for r in read_jsonl(run_dir / METRICS) if isinstance(r.get("step"), int)]
+    write_json(run_dir / SUMMARY, {
+        "state": result.state, "exit_code": result.exit_code, "error": result.error or None,
+        "steps_logged": len(steps), "last_step": max(steps, default=None),
+        "written_by": "the scheduler, after the run's own process ended without a summary"})
 
 
 def draw_missing_curves(run_dir: Path, result: JobResult) -> None:

@@ -199,3 +199,68 @@ def _metric_panel(ax: Any, metrics: Sequence[dict[str, Any]], panel: Panel) -> N
             return
     _no_data(ax, panel.title, f"not logged by this run ({' / '.join(panel.keys)})"
              + (f"\n{panel.absent}" if panel.absent else ""))
+
+
+class CurvesPlotter:
+    """curves.png drawn by a child process started when the run starts: importing matplotlib (about a second) then
+    happens beside training (TRL trains on one thread, so a second core is idle) instead of after it, and the end of
+    the run waits only for the drawing. Where matplotlib is imported in this process already, or the child cannot
+    start or fails, the curves are drawn here (:func:`plot_run`)."""
+
+    def __init__(self) -> None:
+        import subprocess
+        import sys
+
+        self.child: Any = None
+        if "matplotlib.figure" in sys.modules:
+            return  # drawing here costs only the drawing
+        try:
+            self.child = subprocess.Popen([sys.executable, "-m", "unirl.record.plot"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.child = None
+
+    def draw(self, run_dir: Path, timeout_s: float = 120.0) -> Path | None:
+        """Draw ``run_dir``'s curves (in the child when it is ready, else here); the path, or None without
+        matplotlib."""
+        import subprocess
+
+        child, self.child = self.child, None
+        if child is not None:
+            try:
+                child.communicate(f"{run_dir}\n", timeout=timeout_s)
+                if child.returncode == 0 and (run_dir / CURVES).exists():
+                    return run_dir / CURVES
+            except (OSError, subprocess.TimeoutExpired):
+                child.kill()
+                child.wait()
+        return plot_run(run_dir)
+
+    def close(self) -> None:
+        """No curves after all (the run failed): the child ends without drawing."""
+        child, self.child = self.child, None
+        if child is not None:
+            try:
+                child.communicate("", timeout=10)
+            except (OSError, ValueError, Exception):
+                child.kill()
+                child.wait()
+
+
+def _child() -> int:
+    """``python -m unirl.record.plot``: import matplotlib, then draw the run directory read from stdin (none: exit)."""
+    import sys
+
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+        from matplotlib.figure import Figure  # noqa: F401
+    except ImportError:
+        return 3
+    line = sys.stdin.readline().strip()
+    if not line:
+        return 0
+    return 0 if plot_run(Path(line)) is not None else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child())

@@ -8,10 +8,12 @@ run (``run.role == "run"``), never to one of several scorers.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from unirl.hookspecs import hookimpl
 from unirl.record.layout import EVAL, METRICS, ROLE_RUN, SUMMARY, RunInfo, append_jsonl, write_json
+from unirl.record.plot import CurvesPlotter
 from unirl.record.trajectory_log import TrajectorySampling
 
 
@@ -34,12 +36,27 @@ def unirl_eval_done(run: RunInfo, step: int, summary: dict[str, Any], records: l
     append_jsonl(run.path(EVAL), [{"step": step, "kind": "sample", **r} for r in records])
 
 
+_PLOTTERS: dict[Path, CurvesPlotter] = {}
+"""The curves' child process of each run this process reports, started with the run (unirl.record.plot)."""
+
+
+def _plots(run: RunInfo) -> bool:
+    return run.role == ROLE_RUN and bool(run.recipe.get("logging", {}).get("plot", True))
+
+
+@hookimpl
+def unirl_run_start(run: RunInfo) -> None:
+    if _plots(run) and run.run_dir not in _PLOTTERS:
+        _PLOTTERS[run.run_dir] = CurvesPlotter()
+
+
 @hookimpl
 def unirl_run_end(run: RunInfo, summary: dict[str, Any]) -> None:
     if run.role != ROLE_RUN:
         return
     write_json(run.path(SUMMARY), summary)
-    if summary.get("state") == "completed" and run.recipe.get("logging", {}).get("plot", True):
-        from unirl.record.plot import plot_run
-
-        plot_run(run.run_dir)
+    plotter = _PLOTTERS.pop(run.run_dir, None)
+    if summary.get("state") == "completed" and _plots(run):
+        (plotter or CurvesPlotter()).draw(run.run_dir)
+    elif plotter is not None:
+        plotter.close()
