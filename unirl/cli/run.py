@@ -55,10 +55,15 @@ def _cmd_run(argv: list[str]) -> int:
     if name_problems:
         raise RecipeInvalid(name_problems)
     plan = None
+    composed_dir = None
     if not is_multirun(overrides) and not hydra_flags_only(overrides):
         if "logging.progress=false" not in overrides:  # the backend's validation imports it: seconds
             log.info("checking the recipe, its data and model, and the backend's own validation")
-        plan = preflight(host, [a for a in overrides if not a.startswith("-")], inputs=True, backend=True)
+        single = [a for a in overrides if not a.startswith("-")]
+        plan = preflight(host, single, inputs=True, backend=True)
+        from unirl.host.planning import composed_run_dir
+
+        composed_dir = composed_run_dir(single)
     sweep_dir = None
     if is_multirun(overrides) and not any(a.startswith("hydra.sweep.dir=") for a in overrides):
         # Named here, not by Hydra, so this process can read every member's outcome back afterwards.
@@ -74,7 +79,7 @@ def _cmd_run(argv: list[str]) -> int:
     # The run (or sweep) directory checked and locked before Hydra writes into it; held until the run ends.
     claim = claim_run_directory(overrides, plan, None if hydra_flags_only(overrides) else sweep_dir,
                                 ["unirl", *argv], framework=host.frameworks.get(plan.framework) if plan else None,
-                                scheduler_named=host.schedulers.find)
+                                scheduler_named=host.schedulers.find, run_dir=composed_dir)
     if claim.finished is not None:  # e.g. resuming a run that already completed: nothing to run again
         return claim.finished
     with claim:

@@ -51,6 +51,16 @@ def register_configs(host: Host) -> None:
     _REGISTERED.add(id(host))
 
 
+_COMPOSED_RUN_DIR: dict[tuple[str, ...], Path | None] = {}
+"""``hydra.run.dir`` as the latest :func:`compose` resolved it, by its overrides: the run's lock needs it before Hydra
+runs, and composing again costs half a second."""
+
+
+def composed_run_dir(overrides: list[str]) -> Path | None:
+    """The run directory the latest :func:`compose` of exactly these overrides resolved (None: another compose)."""
+    return _COMPOSED_RUN_DIR.get(tuple(overrides))
+
+
 def compose(host: Host, overrides: list[str]) -> Any:
     """The composed config for ``overrides`` (no run directory is made)."""
     from hydra import compose as hydra_compose
@@ -58,10 +68,17 @@ def compose(host: Host, overrides: list[str]) -> Any:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
+    from unirl.launch.run_lock import hydra_run_dir
+
     register_configs(host)
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    _COMPOSED_RUN_DIR.clear()
+    try:
+        _COMPOSED_RUN_DIR[tuple(overrides)] = hydra_run_dir(cfg)
+    except Exception:  # an exotic hydra.run.dir: the lock resolves it again, or the task takes it
+        _COMPOSED_RUN_DIR[tuple(overrides)] = None
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]

@@ -357,7 +357,8 @@ class Claim:
 
 def claim_run_directory(overrides: list[str], plan: LaunchPlan | None, sweep_dir: Path | None, command: list[str], *,
                         framework: Framework | None = None,
-                        scheduler_named: Callable[[str], Scheduler | None] = lambda name: None) -> Claim:
+                        scheduler_named: Callable[[str], Scheduler | None] = lambda name: None,
+                        run_dir: Path | None = None) -> Claim:
     """Before Hydra starts: the directory this command writes, checked and locked, so that a refusal leaves every
     file as it was (Hydra rewrites ``.hydra/`` and opens its log as soon as it runs).
 
@@ -368,7 +369,8 @@ def claim_run_directory(overrides: list[str], plan: LaunchPlan | None, sweep_dir
     (only
     Hydra's informational flags) nothing is claimed. ``framework``: the plan's, which says whether a resume can
     continue the directory; ``scheduler_named``: the loaded scheduler of that name (None if none), asked whether
-    a job submitted without waiting still writes the directory."""
+    a job submitted without waiting still writes the directory; ``run_dir``: the directory the preflight's compose
+    already resolved for these overrides (:func:`hydra_run_dir`), which saves composing again."""
     from unirl.launch import resume
     if sweep_dir is not None:
         sweep_dir = Path(os.path.abspath(sweep_dir))
@@ -377,7 +379,7 @@ def claim_run_directory(overrides: list[str], plan: LaunchPlan | None, sweep_dir
         return Claim(overrides, acquire(sweep_dir, command))
     if plan is None:
         return Claim(overrides)
-    run_dir = resolve_run_dir(overrides)
+    run_dir = run_dir or resolve_run_dir(overrides)
     if run_dir is None:  # not resolvable before Hydra (an exotic hydra.run.dir): the task takes the lock itself
         return Claim(overrides)
     is_resume = bool(plan.recipe.get("run", {}).get("resume"))
@@ -468,8 +470,6 @@ def resolve_run_dir(overrides: list[str]) -> Path | None:
     ``os.path.abspath`` of the interpolated value); None when it cannot be resolved before Hydra runs."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     from unirl.recipe.compose import CONFIG_MODULE
 
@@ -478,12 +478,20 @@ def resolve_run_dir(overrides: list[str]) -> Path | None:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose(config_name="config", overrides=[o for o in overrides if not o.startswith("-")],
                           return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # for ${hydra:...} in a user's hydra.run.dir
-        value = OmegaConf.select(cfg, "hydra.run.dir")
+        return hydra_run_dir(cfg)
     except Exception:  # Hydra reports its own errors when it runs; the task then takes the lock
         return None
     finally:
         GlobalHydra.instance().clear()
+
+
+def hydra_run_dir(cfg: Any) -> Path | None:
+    """``hydra.run.dir`` of a config composed with its Hydra part, resolved and made absolute as Hydra does."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    HydraConfig.instance().set_config(cfg)  # for ${hydra:...} in a user's hydra.run.dir
+    value = OmegaConf.select(cfg, "hydra.run.dir")
     return Path(os.path.abspath(str(value))) if value else None
 
 

@@ -179,6 +179,8 @@ def as_number(value: Any) -> float | None:
     NumPy's float32/int64/bool_ and 0-d tensors are what reward authors get from their libraries; they are numbers,
     not type errors. Only scalars with a one-element ``item()`` count: an array is never silently reduced.
     """
+    if type(value) is float or type(value) is int:  # the common case, without the ABC check below
+        return float(value)
     if isinstance(value, numbers.Real):  # int, float, bool, Fraction, numpy floating/integer
         return float(value)
     module = type(value).__module__.split(".")[0]

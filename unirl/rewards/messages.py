@@ -36,8 +36,13 @@ def plain_info(info: Any) -> dict[str, Any] | None:
     if not info:
         return None
     if type(info) is dict and all(type(k) is str and type(v) in _SCALARS and (type(v) is not str or len(v) < 256)
-                                  for k, v in info.items()):
+                                  and (type(v) is not float or math.isfinite(v)) for k, v in info.items()):
         plain: Any = info  # the common case (a few short fields), without a copy
+        # JSON escapes a character to at most 6 ("\u0000"), a number is at most 24: when that bound fits, the
+        # size check needs no encoding (every sample of every step comes through here)
+        bound = 2 + sum(6 * len(k) + 4 + (6 * len(v) + 2 if type(v) is str else 24) for k, v in info.items())
+        if bound <= INFO_MAX_BYTES:
+            return plain  # type: ignore[no-any-return]
     else:
         plain = _plain(info, 0)
         if not isinstance(plain, dict):

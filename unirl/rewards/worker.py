@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from unirl.errors import InfrastructureError
-from unirl.rewards.contract import RewardFunction, Sample, check_result
+from unirl.rewards.contract import RewardFunction, RewardResult, Sample, check_result
 from unirl.rewards.messages import encode, plain_info
 from unirl.rewards.spec import RewardEntry, load_reward
 
@@ -44,6 +44,12 @@ def _capped(message: str) -> str:
 def ok_outcome(value: Any, rf: RewardFunction) -> Outcome:
     if type(value) is float and math.isfinite(value) and not rf.components:
         return ("ok", value, None, None)  # the common case, without building a RewardResult
+    if (type(value) is RewardResult and type(value.score) is float and math.isfinite(value.score)
+            and type(value.components) is dict and type(value.info) is dict
+            and all(type(v) is float and math.isfinite(v) and k in rf.components
+                    for k, v in value.components.items())):
+        # a well-formed result (finite float score and declared float components), as check_result would pass it
+        return ("ok", value.score, dict(value.components) or None, plain_info(value.info))
     try:
         result = check_result(value, rf)
     except (TypeError, ValueError) as exc:
