@@ -83,7 +83,10 @@ def test_verl_scores_the_exported_gsm8k_ground_truth(tmp_path: Path) -> None:
 @pytest.mark.openrlhf
 def test_openrlhf_scores_the_exported_gsm8k_label(tmp_path: Path) -> None:
     [row] = exported(tmp_path, "openrlhf_jsonl")
-    assert row["label"] == MAIN
+    from unirl.rewards.row_origin import untag_reference
+
+    # the label carries the whole reference and the row's place; the adapter unwraps it before scoring
+    assert untag_reference(row["label"]) == (MAIN, {"split": "eval", "index": 0})
     reward_file = write_reward_file(tmp_path / "openrlhf_reward.py", spec(tmp_path))
     out = tmp_path / "out.json"
     result = run_harness("openrlhf", "--reward-file", str(reward_file), "--samples",
