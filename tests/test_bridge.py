@@ -183,11 +183,8 @@ def test_a_failing_verl_run_keeps_what_it_logged(tmp_path: Path, monkeypatch: py
     assert not (run_dir / "curves.png").exists()
 
 
-@pytest.mark.verl
-def test_sigterm_to_the_follower_mid_run_stops_the_backend_keeps_the_record_and_ends_cancelled(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
-    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--sleep", "1.0", steps=30)
-    run_dir = tmp_path / "run"
+def signal_follower_mid_run(plan: LaunchPlan, run_dir: Path, signum: int) -> list[JobResult]:
+    """Submit ``plan``, send ``signum`` to its follower once two steps are in metrics.jsonl, wait for the end."""
     results: list[JobResult] = []
     thread = threading.Thread(target=lambda: results.append(submit(plan, run_dir)))
     thread.start()
@@ -196,9 +193,19 @@ def test_sigterm_to_the_follower_mid_run_stops_the_backend_keeps_the_record_and_
     while time.monotonic() < deadline and (not metrics.exists() or len(read_jsonl(metrics)) < 2):
         time.sleep(0.2)
     follower = int(json.loads((run_dir / "job.json").read_text())["job_id"])
-    os.kill(follower, signal.SIGTERM)
+    os.kill(follower, signum)
     thread.join(120)
-    assert results, "the run did not end after SIGTERM"
+    assert results, f"the run did not end after signal {signum}"
+    return results
+
+
+@pytest.mark.verl
+def test_sigterm_to_the_follower_mid_run_stops_the_backend_keeps_the_record_and_ends_cancelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
+    run_dir = tmp_path / "run"
+    results = signal_follower_mid_run(verl_plan(tmp_path, monkeypatch, verl_python, "--sleep", "1.0", steps=30),
+                                      run_dir, signal.SIGTERM)
+    metrics = run_dir / "metrics.jsonl"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["state"] == "cancelled" and summary["signals"] == ["SIGTERM"]
     assert summary["exit_code"] == -signal.SIGTERM  # the backend got the forwarded signal and died of it
@@ -212,19 +219,11 @@ def test_sigkill_to_the_follower_kills_the_backend_keeps_the_metrics_and_still_l
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verl_python: Path) -> None:
     """A SIGKILL cannot be caught: the backend dies with its follower (PR_SET_PDEATHSIG) and the scheduler writes
     the summary the follower could not, from what metrics.jsonl kept."""
-    plan = verl_plan(tmp_path, monkeypatch, verl_python, "--sleep", "1.0", steps=30)
     run_dir = tmp_path / "run"
-    results: list[JobResult] = []
-    thread = threading.Thread(target=lambda: results.append(submit(plan, run_dir)))
-    thread.start()
+    results = signal_follower_mid_run(verl_plan(tmp_path, monkeypatch, verl_python, "--sleep", "1.0", steps=30),
+                                      run_dir, signal.SIGKILL)
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and (not metrics.exists() or len(read_jsonl(metrics)) < 2):
-        time.sleep(0.2)
-    follower = int(json.loads((run_dir / "job.json").read_text())["job_id"])
-    os.kill(follower, signal.SIGKILL)
-    thread.join(120)
-    assert results and results[0].state == "failed" and results[0].exit_code == -signal.SIGKILL
+    assert results[0].state == "failed" and results[0].exit_code == -signal.SIGKILL
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = [r["step"] for r in read_jsonl(metrics)]
     assert summary["state"] == "failed" and summary["error"] == "killed by signal SIGKILL"

@@ -34,17 +34,20 @@ ACTOR_FQN = "unirl.adapters.nemo_rl.UnirlEnvironmentActor"
 ANSWER_ROLE = "assistant"
 
 
-def sample_from_nemo(message_log: list[dict[str, Any]], metadata: dict[str, Any] | None) -> Sample:
-    """The prompt is every non-assistant turn, the completion every assistant turn (as MathEnvironment does)."""
+def sample_from_nemo(message_log: list[dict[str, Any]],
+                     metadata: dict[str, Any] | None) -> tuple[Sample, dict[str, Any] | None]:
+    """The sample, and the row's place where unirl's export carried it in ``ground_truth``
+    (unirl/rewards/row_origin.py). The prompt is every non-assistant turn, the completion every assistant turn (as
+    MathEnvironment does)."""
     meta = dict(metadata or {})
-    reference, _ = untag_reference(meta.pop("ground_truth", None))
+    reference, origin = untag_reference(meta.pop("ground_truth", None))
     meta.pop("unirl", None)  # our own write-back from an earlier turn
     prompt = "".join(str(m["content"]) for m in message_log if m.get("role") != ANSWER_ROLE)
     completion = "".join(str(m["content"]) for m in message_log if m.get("role") == ANSWER_ROLE)
     messages = tuple({"role": str(m["role"]), "content": str(m["content"])} for m in message_log
                      if m.get("role") != ANSWER_ROLE)
     return Sample(prompt=prompt, completion=completion, reference=None if reference is None else str(reference),
-                  data_source=str(meta.pop("data_source", "")), metadata=meta, prompt_messages=messages)
+                  data_source=str(meta.pop("data_source", "")), metadata=meta, prompt_messages=messages), origin
 
 
 class UnirlEnvironment(EnvironmentInterface):  # type: ignore[misc]  # NeMo RL's class: Any where it is absent
@@ -58,11 +61,10 @@ class UnirlEnvironment(EnvironmentInterface):  # type: ignore[misc]  # NeMo RL's
         import torch
 
         runtime = runtime_for("nemo_rl", self.spec_path)
-        samples = [sample_from_nemo(log, meta) for log, meta in zip(message_log_batch, metadata, strict=True)]
-        # unirl's export carries each row's place in ground_truth (unirl/rewards/row_origin.py); with NeMo RL's
-        # shuffle off (data.shuffle=false) a train row's place is its step
-        origins = [untag_reference((meta or {}).get("ground_truth"))[1] for meta in metadata]
-        rows = [native_row(s) for s in runtime.score(samples, origins)]
+        pairs = [sample_from_nemo(log, meta) for log, meta in zip(message_log_batch, metadata, strict=True)]
+        samples = [sample for sample, _ in pairs]
+        # with NeMo RL's shuffle off (data.shuffle=false) a train row's place is its step
+        rows = [native_row(s) for s in runtime.score(samples, [origin for _, origin in pairs])]
         out_metadata = [{**(meta or {}), "unirl": row} for meta, row in zip(metadata, rows, strict=True)]
         totals = torch.tensor([row["score"] for row in rows], dtype=torch.float32)
         return EnvironmentReturn(

@@ -51,14 +51,15 @@ def register_configs(host: Host) -> None:
     _REGISTERED.add(id(host))
 
 
-_COMPOSED_RUN_DIR: dict[tuple[str, ...], Path | None] = {}
-"""``hydra.run.dir`` as the latest :func:`compose` resolved it, by its overrides: the run's lock needs it before Hydra
-runs, and composing again costs half a second."""
+_last_composed: tuple[tuple[str, ...], Path | None] = ((), None)
+"""The latest :func:`compose`'s overrides and the ``hydra.run.dir`` it resolved: the run's lock needs the directory
+before Hydra runs, and composing again costs half a second."""
 
 
 def composed_run_dir(overrides: list[str]) -> Path | None:
     """The run directory the latest :func:`compose` of exactly these overrides resolved (None: another compose)."""
-    return _COMPOSED_RUN_DIR.get(tuple(overrides))
+    done, run_dir = _last_composed
+    return run_dir if done == tuple(overrides) else None
 
 
 def compose(host: Host, overrides: list[str]) -> Any:
@@ -74,11 +75,11 @@ def compose(host: Host, overrides: list[str]) -> Any:
     GlobalHydra.instance().clear()
     with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
-    _COMPOSED_RUN_DIR.clear()
+    global _last_composed
     try:
-        _COMPOSED_RUN_DIR[tuple(overrides)] = hydra_run_dir(cfg)
+        _last_composed = (tuple(overrides), hydra_run_dir(cfg))
     except Exception:  # an exotic hydra.run.dir: the lock resolves it again, or the task takes it
-        _COMPOSED_RUN_DIR[tuple(overrides)] = None
+        _last_composed = (tuple(overrides), None)
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]

@@ -238,11 +238,13 @@ class CurvesPlotter:
 
     def close(self) -> None:
         """No curves after all (the run failed): the child ends without drawing."""
+        import subprocess
+
         child, self.child = self.child, None
         if child is not None:
             try:
                 child.communicate("", timeout=10)
-            except (OSError, ValueError, Exception):
+            except (OSError, ValueError, subprocess.TimeoutExpired):
                 child.kill()
                 child.wait()
 
