@@ -35,7 +35,8 @@ class ToyBackend(NativeFramework):
         can_exclude_rewards=True, tested_version="1.0")
     mapping = (
         Mapping("algorithm.lr", "lr", lambda r: r.algorithm.lr),
-        Mapping("algorithm.loss_aggregation", "agg", lambda r: r.algorithm.loss_aggregation, allowed=("token_mean",)),
+        Mapping("algorithm.loss_aggregation", "agg", lambda r: r.algorithm.loss_aggregation,
+                allowed=("seq_mean_token_mean",)),
     )
     plugin_package = "toy_plugin"
     export_format = "openrlhf_jsonl"
@@ -52,7 +53,7 @@ class ToyPlugin:
 
 def test_a_native_backend_needs_only_its_declarations_and_a_command() -> None:
     plan = ToyBackend().plan(Recipe(framework={"name": "toy", "overrides": {"lr": 0.5}}))
-    assert plan.command == ["toy-train", "--lr=0.5", "--agg=token_mean"]  # the override applied last
+    assert plan.command == ["toy-train", "--lr=0.5", "--agg=seq_mean_token_mean"]  # the override applied last
     assert plan.env["UNIRL_REWARD_SPEC"] == "{run_dir}/reward_spec.json"
     assert [(d.split, d.format, d.path, d.rows) for d in plan.data] == [
         ("train", "openrlhf_jsonl", "{run_dir}/data/train.jsonl", 200 * 8),  # steps x prompts_per_step
@@ -63,9 +64,9 @@ def test_a_native_backend_needs_only_its_declarations_and_a_command() -> None:
 
 
 def test_what_a_mapping_row_allows_is_refused_otherwise_naming_the_allowed_values() -> None:
-    recipe = Recipe(algorithm=replace(AlgorithmConfig(), loss_aggregation="seq_mean_token_mean"))
-    with pytest.raises(RecipeInvalid, match=r"algorithm\.loss_aggregation='seq_mean_token_mean': not supported by "
-                                            r"toy; toy supports token_mean"):
+    recipe = Recipe(algorithm=replace(AlgorithmConfig(), loss_aggregation="token_mean"))
+    with pytest.raises(RecipeInvalid, match=r"algorithm\.loss_aggregation='token_mean': not supported by "
+                                            r"toy; toy supports seq_mean_token_mean"):
         ToyBackend().plan(recipe)
 
 

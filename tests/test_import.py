@@ -24,7 +24,7 @@ from unirl.backend.importing import import_native as import_with
 from unirl.backend.native import micro_batch
 from unirl.cli.main import main
 from unirl.host.manager import get_host
-from unirl.recipe.schema import DataConfig, EvalConfig, Recipe, ResourcesConfig, recipe_from_dict
+from unirl.recipe.schema import AlgorithmConfig, DataConfig, EvalConfig, Recipe, ResourcesConfig, recipe_from_dict
 from unirl.rewards.spec import RewardPolicy
 
 FIXTURES = Path(__file__).parent / "fixtures" / "native"
@@ -52,8 +52,10 @@ def verl_comes_back_as(recipe: Recipe) -> Recipe:
             # null micro-batches are resolved in the plan (unirl.backend.native.micro_batch) and come back resolved
             micro_batch_size=micro_batch(recipe),
             logprob_micro_batch_size=a.logprob_micro_batch_size or micro_batch(recipe),
-            # KL_TYPE sends k3 and low_var_kl alike as verl's low_var_kl; the first recipe name for it comes back
-            kl_estimator="k3" if a.kl_estimator == "low_var_kl" else a.kl_estimator),
+            # KL_TYPE sends k3 and low_var_kl alike as verl's low_var_kl; the first recipe name for it comes back;
+            # without a KL term no estimator is sent
+            kl_estimator=("k3" if a.kl_estimator == "low_var_kl" else a.kl_estimator) if a.kl_coef
+            else AlgorithmConfig().kl_estimator),
         # data files are unirl's exports ({run_dir}/data/*.parquet): the sources come back as the defaults, and a
         # recipe without an eval set as one without (verl gets the train file as val_files, test_freq=-1)
         data=dataclasses.replace(recipe.data, train=default_data.train,
@@ -91,7 +93,9 @@ def openrlhf_comes_back_as(recipe: Recipe) -> Recipe:
             a, micro_batch_size=micro_batch(recipe),  # resolved in the plan (unirl.backend.native.micro_batch)
             logprob_micro_batch_size=a.logprob_micro_batch_size or micro_batch(recipe),
             # KL_ESTIMATOR sends k3 and low_var_kl alike as --algo.kl.estimator k3
-            kl_estimator="k3" if a.kl_estimator == "low_var_kl" else a.kl_estimator),
+            kl_estimator="k3" if a.kl_estimator == "low_var_kl" else a.kl_estimator,
+            # without a KL term (init_coef 0) where it would go is not said
+            kl_placement=a.kl_placement if a.kl_coef else AlgorithmConfig().kl_placement),
         # --data.max_len is prompt + completion tokens: a null prompt budget comes back as unirl's default, 512
         data=dataclasses.replace(recipe.data, max_prompt_tokens=recipe.data.max_prompt_tokens or 512),
         # a null rollout.gpus (half the GPUs) comes back as the count (--vllm.num_engines x tensor parallel)
@@ -194,10 +198,22 @@ def test_a_number_that_is_a_shell_reference_stays_native() -> None:
 
 
 def test_a_key_unirl_cannot_express_stays_native_and_the_field_keeps_its_default() -> None:
-    imported = import_native("verl", hydra_values(["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=4",
+    imported = import_native("verl", hydra_values(["algorithm.adv_estimator=remax", "actor_rollout_ref.rollout.n=4",
                                                    "actor_rollout_ref.rollout.name=vllm"]))
-    assert imported.report.native == {"algorithm.adv_estimator": "rloo"}
-    assert imported.recipe.algorithm.name == "grpo"
+    assert imported.report.native == {"algorithm.adv_estimator": "remax"}
+    assert imported.recipe.algorithm.advantage_baseline == "group_mean"
+
+
+def test_verls_estimators_import_as_the_advantage_fields() -> None:
+    for estimator, baseline, norm in [("rloo", "leave_one_out", "none"), ("gae", "critic", "batch_whiten"),
+                                      ("reinforce_plus_plus", "none", "batch_whiten"),
+                                      ("reinforce_plus_plus_baseline", "group_mean", "batch_whiten")]:
+        imported = import_native("verl", hydra_values([f"algorithm.adv_estimator={estimator}",
+                                                       "actor_rollout_ref.rollout.n=4",
+                                                       "actor_rollout_ref.rollout.name=vllm"]))
+        a = imported.recipe.algorithm
+        assert (a.advantage_baseline, a.advantage_norm) == (baseline, norm), estimator
+        assert "algorithm.adv_estimator" not in imported.report.native
 
 
 def test_unirl_import_refuses_an_unknown_backend(capsys: pytest.CaptureFixture[str]) -> None:
@@ -279,6 +295,8 @@ def test_trls_quick_start_config_imports_to_a_recipe_that_plans_the_same_config(
         "steps_per_generation",  # TRL's None means gradient_accumulation_steps (1), sent explicitly
         "epsilon_high",  # TRL's None means epsilon (0.2), sent explicitly
         "reward_weights",  # unirl's reward wiring: one weight per recipe reward
+        # rollout_correction=none sent explicitly: TRL's default (on, sequence_mask) acts only with vLLM
+        "vllm_importance_sampling_correction",
     }
 
 
@@ -300,12 +318,17 @@ def test_openrlhf_flags_import_in_the_recipes_units(capsys: pytest.CaptureFixtur
     assert "train.batch_size -> algorithm.mini_batches_per_step = 2" in err
 
 
-def test_kl_in_the_reward_is_not_the_recipes_kl_coef() -> None:
-    """KL placement: without --algo.kl.use_loss OpenRLHF puts init_coef in the reward, which GRPO's kl_coef is not."""
+def test_kl_in_the_reward_imports_as_kl_placement_reward() -> None:
+    """Without --algo.kl.use_loss OpenRLHF puts init_coef in each token's reward: the recipe says so with
+    algorithm.kl_placement=reward, on OpenRLHF and on verl (algorithm.use_kl_in_reward + kl_ctrl.kl_coef)."""
     imported = import_native("openrlhf", {"algo.kl.init_coef": 0.01, "rollout.n_samples_per_prompt": 4,
                                           "rollout.batch_size": 8, "train.batch_size": 32})
-    assert imported.recipe.algorithm.kl_coef == 0.0
-    assert imported.report.native == {"algo.kl.init_coef": 0.01}
+    assert (imported.recipe.algorithm.kl_coef, imported.recipe.algorithm.kl_placement) == (0.01, "reward")
+    assert imported.report.native == {}
+    verl = import_native("verl", {"algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.kl_coef": 0.02,
+                                  "algorithm.kl_penalty": "kl"})
+    a = verl.recipe.algorithm
+    assert (a.kl_coef, a.kl_placement, a.kl_estimator) == (0.02, "reward", "k1")
 
 
 @pytest.mark.openrlhf

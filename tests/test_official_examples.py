@@ -51,8 +51,9 @@ def test_the_gspo_script_reads_its_own_variables() -> None:
             r.algorithm.steps) == (512, 4, 16, 500)
     assert (r.algorithm.clip_low, r.algorithm.clip_high, r.algorithm.loss_aggregation) == (
         0.0003, 0.0004, "seq_mean_token_mean")
-    # GSPO's loss mode has no recipe field: it stays native, as written
-    assert result.report.native["actor_rollout_ref.actor.policy_loss.loss_mode"] == "gspo"
+    # GSPO's loss mode is the recipe's sequence-level importance ratio
+    assert r.algorithm.importance_sampling_level == "sequence"
+    assert "actor_rollout_ref.actor.policy_loss.loss_mode" not in result.report.native
 
 
 def test_shell_defaults_arrays_and_several_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -73,7 +73,14 @@ def test_switches_are_bare_flags_and_kl_is_a_loss_term() -> None:
 def test_advantage_normalisation_picks_the_estimator() -> None:
     assert value(argv_of(), "--algo.advantage.estimator") == "group_norm"
     assert value(argv_of(algorithm={"advantage_norm": "none"}), "--algo.advantage.estimator") == "dr_grpo"
-    assert value(argv_of(algorithm={"advantage_norm": "batch"}), "--algo.advantage.estimator") == "reinforce_baseline"
+    assert value(argv_of(algorithm={"advantage_norm": "batch_whiten"}),
+                 "--algo.advantage.estimator") == "reinforce_baseline"
+    for baseline, norm, estimator in [("leave_one_out", "none", "rloo"), ("none", "batch_whiten", "reinforce"),
+                                      ("critic", "batch_whiten", "gae")]:
+        argv = argv_of(algorithm={"advantage_baseline": baseline, "advantage_norm": norm})
+        assert value(argv, "--algo.advantage.estimator") == estimator
+    with pytest.raises(RecipeInvalid, match=r"algorithm\.advantage_norm='batch'.*group_mean\+group"):
+        argv_of(algorithm={"advantage_norm": "batch"})  # a batch std that is not a whitening: none in OpenRLHF
 
 
 def test_disaggregated_rollouts_get_their_own_gpus() -> None:

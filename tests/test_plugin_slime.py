@@ -156,7 +156,7 @@ def test_disaggregated_splits_gpus_between_training_and_rollout() -> None:
     (lambda r: replace(r, algorithm=replace(r.algorithm, loss_aggregation="seq_mean_token_sum_norm")),
      "algorithm.loss_aggregation", "token_mean"),
     (lambda r: replace(r, algorithm=replace(r.algorithm, advantage_norm="batch")), "algorithm.advantage_norm",
-     "group or none"),
+     "group_mean+group, group_mean+none"),
     (lambda r: replace(r, algorithm=replace(r.algorithm, epochs_per_batch=2)), "algorithm.epochs_per_batch", "1"),
     (lambda r: replace(r, data=replace(r.data, max_prompt_tokens=256)), "data.max_prompt_tokens", "null only"),
     (lambda r: replace(r, model=replace(r.model, dtype="float32")), "model.dtype", "bfloat16"),

@@ -69,7 +69,7 @@ def test_what_verl_cannot_do_is_refused_naming_each_field() -> None:
     for field in ("rollout.engine='hf'", "resources.gpus_per_node=0", "algorithm.advantage_norm='batch'",
                   "algorithm.lr_schedule='linear'", "rollout.colocated=False", "data.chat_template=False"):
         assert field in text
-    assert "vllm and sglang" in text and "constant and cosine" in text
+    assert "vllm and sglang" in text and "constant and cosine" in text and "group_mean+none" in text
 
 
 def test_an_unsupported_verl_version_is_refused() -> None:

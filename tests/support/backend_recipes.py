@@ -24,3 +24,10 @@ def gpu_recipe(framework: str, *, engine: str = "vllm", nodes: int = 1, gpus: in
         framework={"name": framework, **(options or {})},
         **top,
     )
+
+
+def preset(name: str, **changes: Any) -> dict[str, Any]:
+    """The ``algorithm`` changes that preset ``name`` (conf/algorithm/NAME.yaml) makes, plus ``changes``."""
+    from unirl.recipe.algorithm_presets import preset_fields
+
+    return {**preset_fields(name), **changes}

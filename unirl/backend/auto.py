@@ -141,6 +141,14 @@ def _stop_at_accuracy(recipe: Recipe, framework: Backend) -> list[Candidate]:
     return [(1.0, "stop once every held-out prompt is solved: accuracy cannot rise further"), (None, "")]
 
 
+def _overlong_buffer(recipe: Recipe, framework: Backend) -> list[Candidate]:
+    buffer = recipe.algorithm.max_new_tokens // 5
+    if buffer < 1:
+        return [(None, f"max_new_tokens={recipe.algorithm.max_new_tokens} leaves no room for DAPO's buffer (a fifth)")]
+    # no fallback to null: a backend that cannot shape overlong completions refuses DAPO as it stands
+    return [(buffer, "a fifth of max_new_tokens, as DAPO's 4096 of 20480 tokens")]
+
+
 _PREFERENCES: tuple[tuple[str, Callable[[Recipe, Backend], list[Candidate]]], ...] = (
     ("resources.gpus_per_node", _gpus),
     ("rollout.engine", _engine),
@@ -149,6 +157,7 @@ _PREFERENCES: tuple[tuple[str, Callable[[Recipe, Backend], list[Candidate]]], ..
     ("eval.greedy", _greedy),
     ("eval.stop_after_plateau", _stop_after_plateau),  # issue 14: TRL alone stops early
     ("eval.stop_at_accuracy", _stop_at_accuracy),
+    ("algorithm.overlong_buffer", _overlong_buffer),
 )
 
 

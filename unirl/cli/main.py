@@ -35,6 +35,7 @@ VERBS: dict[str, str] = {
     "plugins": "unirl.cli.listing:cmd_plugins",
     "frameworks": "unirl.cli.listing:cmd_frameworks",
     "rewards": "unirl.cli.listing:cmd_rewards",
+    "algorithms": "unirl.cli.algorithms:cmd_algorithms",
     "reward": "unirl.cli.reward_test:cmd_reward",
     "import": "unirl.cli.import_config:cmd_import",
     "help": "",  # print_help

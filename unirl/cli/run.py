@@ -246,12 +246,16 @@ def _run_locked(cfg: Any) -> dict[str, Any]:
 
     from unirl.host.manager import get_host
     from unirl.host.planning import plan_recipe, prepare_run
+    from unirl.recipe.algorithm_presets import GROUP as ALGORITHM_GROUP
+    from unirl.recipe.algorithm_presets import apply_chosen_preset
     from unirl.recipe.compose import to_recipe
     from unirl.recipe.schema import recipe_from_dict
 
     host = get_host()
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_config = HydraConfig.get()
+    run_dir = Path(hydra_config.runtime.output_dir)
     try:  # everything before launch: a problem here is the user's input, reported without a traceback
+        apply_chosen_preset(cfg, list(hydra_config.overrides.task), hydra_config.runtime.choices.get(ALGORITHM_GROUP))
         plan = plan_recipe(host, to_recipe(cfg))
         recipe = recipe_from_dict(plan.recipe)  # as the backend resolved it (its auto fields)
         if _is_sweep_member():  # a single run's inputs were read before Hydra started (cmd_run's preflight)

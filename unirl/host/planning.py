@@ -23,6 +23,8 @@ from unirl.errors import FieldError, UnirlError
 from unirl.host.calls import call_each
 from unirl.host.manager import Host, add_decorated
 from unirl.host.registry import Registry
+from unirl.recipe.algorithm_presets import GROUP as ALGORITHM_GROUP
+from unirl.recipe.algorithm_presets import apply_chosen_preset
 from unirl.recipe.compose import CONFIG_MODULE, shipped_recipes
 from unirl.recipe.schema import TRACKER_MODULES, Recipe, recipe_from_dict, uninstalled_tracker_problems, validate
 from unirl.recipe.toy_settings import warn_toy_settings
@@ -83,6 +85,7 @@ def compose(host: Host, overrides: list[str]) -> Any:
     choices = dict(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
+    apply_chosen_preset(cfg, overrides, choices.get(ALGORITHM_GROUP))
     # The framework and scheduler groups come before the recipe in the defaults list (conf/config.yaml), so a recipe
     # file's framework:/scheduler: options win over the groups' defaults; its ``name`` must not pick another backend
     # than the group Hydra composed the options of.

@@ -73,8 +73,27 @@ class DataConfig:
 
 
 @dataclass
+class CriticConfig:
+    """The value model of ``advantage_baseline=critic`` (PPO with GAE); read by no other algorithm."""
+
+    model: str | None = setting(None, "The critic's initial weights (hub id or directory); null = the policy's model.")
+    lr: float = setting(1e-5, "Critic learning rate, per optimizer update.", above=0, typo_above=1.0)
+    gamma: float = setting(1.0, "Discount factor of the returns.", at_least=0, at_most=1)
+    gae_lambda: float = setting(1.0, "GAE lambda: 1 = Monte-Carlo returns minus values, 0 = one-step TD.", at_least=0,
+                                at_most=1)
+    value_clip: float = setting(0.5, "Clip range of the value update around the old values (PPO's value clipping).",
+                                above=0)
+
+
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")
+"""The algorithm presets: ``algorithm=NAME`` selects conf/algorithm/NAME.yaml, which sets the fields defining it."""
+
+
+@dataclass
 class AlgorithmConfig:
-    name: str = setting("grpo", "Algorithm: grpo (group-relative advantages, no critic).", choices=("grpo",))
+    name: str = setting("grpo", """The algorithm preset (select it with ``algorithm=NAME``, which sets every field that
+        defines the algorithm: unirl/recipe/conf/algorithm/NAME.yaml): grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp,
+        reinforce_pp_baseline, ppo.""", choices=ALGORITHMS)
     steps: int = setting(200, """Training steps; one step = generate for ``prompts_per_step`` prompts, score,
         update.""", unit="training steps", at_least=1, typo_above=10**7)
     prompts_per_step: int = setting(8, "Distinct prompts per training step (verl's train_batch_size, OpenRLHF's "
@@ -107,12 +126,45 @@ class AlgorithmConfig:
     clip_low: float = setting(0.2, "Lower PPO ratio clip: the ratio is kept >= 1 - clip_low.", above=0, below=1)
     clip_high: float | None = setting(None, "Upper PPO ratio clip (DAPO clip-higher): ratio <= 1 + clip_high; null = "
                                       "clip_low.", above=0)
-    loss_aggregation: str = setting("token_mean", """How per-token losses become one number: token_mean (all tokens of
-        the batch), seq_mean_token_mean (mean per sequence, then over sequences), seq_mean_token_sum_norm (sum per
-        sequence divided by max_new_tokens; Dr. GRPO).""",
+    loss_aggregation: str = setting("seq_mean_token_mean", """How per-token losses become one number: token_mean (all
+        tokens of the batch), seq_mean_token_mean (mean per sequence, then over sequences; GRPO's),
+        seq_mean_token_sum_norm (sum per sequence divided by loss_normalizer; Dr. GRPO).""",
                                     choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"))
-    advantage_norm: str = setting("group", "Divide advantages by the reward std of the group, of the batch, or none.",
-                                  choices=("group", "batch", "none"))
+    advantage_baseline: str = setting("group_mean", """What is subtracted from a completion's reward: group_mean (the
+        mean of its group, itself included; GRPO), leave_one_out (the mean of the group's other completions; RLOO),
+        none (REINFORCE++: the batch whitening centres), critic (a learned value function with GAE; PPO, see
+        algorithm.critic).""", choices=("group_mean", "leave_one_out", "none", "critic"))
+    advantage_norm: str = setting("group", """What the baselined rewards are divided by: group (the std of the group's
+        rewards), batch (the std of the whole step's rewards, not re-centred), batch_whiten (token-weighted
+        whitening over the step: minus the token mean, divided by the token std; REINFORCE++ and PPO), none.""",
+                                  choices=("group", "batch", "batch_whiten", "none"))
+    kl_placement: str = setting("loss", """Where the KL penalty against the reference policy goes (when kl_coef > 0):
+        loss (a loss term, GRPO's form) or reward (subtracted from each token's reward before advantages, PPO's and
+        REINFORCE++'s form).""", choices=("loss", "reward"))
+    importance_sampling_level: str = setting("token", """The PPO ratio: token (one ratio per token) or sequence (the
+        geometric mean of the sequence's token ratios, one per completion; GSPO).""", choices=("token", "sequence"))
+    dual_clip: float | None = setting(None, """Dual-clip constant c: for negative advantages the loss is bounded by
+        c x advantage (Ye et al. 2020); null = no dual clip.""", above=1)
+    reward_clip: float | None = setting(None, """Clip each total reward to [-c, c] before advantages; null = rewards
+        are never clipped.""", above=0)
+    dynamic_sampling: bool = setting(False, """Drop prompt groups whose rewards all equal (no learning signal) and
+        generate more prompts until the step's batch is full again (DAPO).""")
+    overlong_filter: bool = setting(False, """Leave completions cut at max_new_tokens out of the loss (DAPO's overlong
+        filtering).""")
+    overlong_buffer: int | str | None = setting(None, """DAPO's soft overlong punishment: a completion longer than
+        max_new_tokens - buffer loses (length - (max_new_tokens - buffer)) / buffer x overlong_penalty reward; null = no
+        shaping; auto = a fifth of max_new_tokens (DAPO's 4096 of 20480), null when that is under one token.""",
+                                                unit="tokens", at_least=1, auto="a fifth of max_new_tokens")
+    overlong_penalty: float = setting(1.0, "The largest soft overlong punishment (at max_new_tokens).", at_least=0)
+    loss_normalizer: int | None = setting(None, """The constant that seq_mean_token_sum_norm divides each sequence's
+        summed token loss by; null = max_new_tokens (Dr. GRPO).""", unit="tokens", at_least=1, typo_above=1 << 20)
+    rollout_correction: str = setting("none", """Importance-sampling correction for the mismatch between the rollout
+        engine's and the trainer's log-probabilities (truncated IS): none, token (per-token ratio, capped) or sequence
+        (one ratio per completion, capped).""", choices=("none", "token", "sequence"))
+    rollout_correction_cap: float = setting(2.0, "The truncation cap of rollout_correction's ratio.", above=1)
+    min_lr_ratio: float = setting(0.0, "Where lr_schedule decays to, as a fraction of lr (0 = to zero).", at_least=0,
+                                  at_most=1)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     entropy_coef: float = setting(0.0, "Entropy bonus coefficient.", at_least=0)
     temperature: float = setting(1.0, "Sampling temperature for rollouts (> 0).", above=0, typo_above=100.0)
     top_p: float = setting(1.0, "Nucleus sampling mass for rollouts, in (0, 1].", above=0, at_most=1)

@@ -26,6 +26,7 @@ import math
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from unirl.backend.advantage_rows import advantage_rows, pair
 from unirl.backend.contract import OMIT, Capabilities, Mapping
 from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
@@ -54,7 +55,7 @@ CAPABILITIES = Capabilities(
     **GPU_ON_RAY,
     native_algorithms=("GRPO", "DAPO", "GSPO", "CISPO", "GDPO", "REINFORCE++", "RLOO", "PPO (critic)", "DPO",
                        "SFT", "reward modelling", "on-policy distillation"),
-    algorithms=("grpo",),
+    algorithms=("grpo", "dapo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline"),
     rollout_engines=("vllm",),
     placement=("colocated (policy.generation.colocated.enabled=true)",
                "disaggregated (colocated.enabled=false with colocated.resources.*)"),
@@ -160,8 +161,9 @@ def lr_scheduler(r: Recipe) -> list[dict[str, Any]]:
     main: dict[str, Any] = {
         "constant": {"name": SCHEDULER + "ConstantLR", "kwargs": {"factor": 1.0, "total_iters": 1}},
         "linear": {"name": SCHEDULER + "LinearLR",
-                   "kwargs": {"start_factor": 1.0, "end_factor": 0.0, "total_iters": decay_steps}},
-        "cosine": {"name": SCHEDULER + "CosineAnnealingLR", "kwargs": {"T_max": decay_steps, "eta_min": 0.0}},
+                   "kwargs": {"start_factor": 1.0, "end_factor": r.algorithm.min_lr_ratio, "total_iters": decay_steps}},
+        "cosine": {"name": SCHEDULER + "CosineAnnealingLR",
+                   "kwargs": {"T_max": decay_steps, "eta_min": r.algorithm.lr * r.algorithm.min_lr_ratio}},
     }[r.algorithm.lr_schedule]
     if not warmup:
         return [main, {"milestones": []}]
@@ -169,6 +171,13 @@ def lr_scheduler(r: Recipe) -> list[dict[str, Any]]:
     ramp = {"name": SCHEDULER + "LinearLR",
             "kwargs": {"start_factor": 1.0 / (warmup + 1), "end_factor": 1.0, "total_iters": warmup}}
     return [ramp, main, {"milestones": [warmup]}]
+
+
+ESTIMATOR = {("group_mean", "group"): ("grpo", OMIT), ("group_mean", "none"): ("grpo", OMIT),
+             ("leave_one_out", "none"): ("grpo", OMIT),
+             ("group_mean", "batch_whiten"): ("reinforce_plus_plus", True),
+             ("none", "batch_whiten"): ("reinforce_plus_plus", False)}
+"""(advantage_baseline, advantage_norm) -> (grpo.adv_estimator.name, its minus_baseline)."""
 
 
 def max_val_samples(r: Recipe) -> int:
@@ -196,7 +205,6 @@ NO_EARLY_STOP = ("null: NeMo RL 0.7's config has no early stop unirl maps (none 
 
 MAPPING: tuple[Mapping, ...] = (
     # algorithm and batch shape
-    Mapping("algorithm.name", "grpo.adv_estimator.name", lambda r: "grpo", native_default="grpo"),
     Mapping("algorithm.steps", "grpo.max_num_steps", lambda r: r.algorithm.steps,
             "the exported train file holds exactly steps x prompts_per_step prompts", native_default=1000000),
     Mapping("algorithm.steps", "grpo.max_num_epochs", lambda r: 1, "one pass over the exported prompts",
@@ -254,19 +262,72 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.entropy_coef", "(no entropy bonus)", lambda r: 0.0, allowed=(0.0,),
             supported_text="entropy_coef=0 only: ClippedPGLossFn has no entropy term (it logs approx_entropy)"),
     # advantages: standard GRPO = group mean baseline (NeMo RL defaults to leave-one-out), optionally / group std
+    *advantage_rows(
+        ESTIMATOR, "grpo.adv_estimator.name", lambda r: ESTIMATOR[pair(r)][0],
+        "grpo (group mean or leave-one-out, / group std or not) or reinforce_plus_plus (group mean or none, then "
+        "token whitening over the batch) (nemo_rl/algorithms/advantage_estimator.py:53-230 @ v0.7.0)",
+        "with a leave-one-out baseline NeMo RL divides by the std of the other samples, not the group's, and PPO with "
+        "a critic is another entry point (examples/run_ppo.py), not this GRPO plan", native_default="grpo"),
     Mapping("algorithm.advantage_norm", "grpo.normalize_rewards", lambda r: r.algorithm.advantage_norm == "group",
-            allowed=("group", "none"),
-            supported_text="group (divide by the group's reward std) or none; NeMo RL's GRPO estimator has no "
-                           "batch-level normalisation", native_default=True),
+            native_default=True),
     Mapping("algorithm.advantage_norm", "grpo.adv_estimator.normalize_rewards",
             lambda r: r.algorithm.advantage_norm == "group",
             "the estimator reads grpo.adv_estimator.* (grpo.py:1791-1801); set with the top-level key",
             native_default="${grpo.normalize_rewards}"),
-    Mapping("algorithm.advantage_norm", "grpo.use_leave_one_out_baseline", lambda r: False,
-            "GRPO's baseline is the group mean including the sample itself; NeMo RL defaults to leave-one-out",
+    Mapping("algorithm.advantage_baseline", "grpo.use_leave_one_out_baseline",
+            lambda r: r.algorithm.advantage_baseline == "leave_one_out",
+            "group_mean: the group mean including the sample itself; NeMo RL defaults to leave-one-out",
             native_default=True),
-    Mapping("algorithm.advantage_norm", "grpo.adv_estimator.use_leave_one_out_baseline", lambda r: False,
+    Mapping("algorithm.advantage_baseline", "grpo.adv_estimator.use_leave_one_out_baseline",
+            lambda r: r.algorithm.advantage_baseline == "leave_one_out",
             native_default="${grpo.use_leave_one_out_baseline}"),
+    Mapping("algorithm.advantage_baseline", "grpo.adv_estimator.minus_baseline",
+            lambda r: ESTIMATOR[pair(r)][1] if pair(r) in ESTIMATOR else OMIT,
+            "reinforce_plus_plus: subtract the group mean (REINFORCE++-baseline, NeMo RL's default) or not",
+            native_default=True),
+    Mapping("algorithm.kl_placement", "loss_fn.use_kl_in_reward", lambda r: False,
+            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_placement == "loss",
+            supported_text="loss (or kl_coef=0): NeMo RL's grpo estimator drops an in-reward KL entirely, and its "
+                           "reinforce_plus_plus subtracts each token's KL from that token alone, without the later "
+                           "tokens' (advantage_estimator.py:158-230), unlike the discounted returns of verl and "
+                           "OpenRLHF", native_default=False),
+    Mapping("algorithm.importance_sampling_level", "loss_fn.sequence_level_importance_ratios",
+            lambda r: r.algorithm.importance_sampling_level == "sequence",
+            supported=lambda r: r.algorithm.importance_sampling_level == "token"
+            or r.algorithm.loss_aggregation == "seq_mean_token_mean",
+            supported_text="sequence only with loss_aggregation=seq_mean_token_mean: NeMo RL asserts "
+                           "token_level_loss=false for sequence-level ratios (loss_functions.py:249-252)",
+            native_default=False),
+    Mapping("algorithm.dual_clip", "loss_fn.ratio_clip_c", lambda r: r.algorithm.dual_clip, native_default=None),
+    Mapping("algorithm.reward_clip", "(no reward clipping)", lambda r: None, allowed=(None,),
+            supported_text="null: NeMo RL's grpo.reward_scaling maps a range linearly, it does not clip"),
+    Mapping("algorithm.dynamic_sampling", "grpo.use_dynamic_sampling", lambda r: r.algorithm.dynamic_sampling,
+            "drops groups whose rewards have zero std and generates more batches, up to "
+            "grpo.dynamic_sampling_max_gen_batches (10) per step", native_default=False),
+    Mapping("algorithm.overlong_filter", "grpo.overlong_filtering", lambda r: r.algorithm.overlong_filter,
+            "truncated samples are left out of the loss", native_default=False),
+    Mapping("algorithm.overlong_buffer", "grpo.reward_shaping.enabled", lambda r: bool(r.algorithm.overlong_buffer),
+            "NeMo RL's DAPO reward shaping, applied to unirl's reward", native_default=False),
+    Mapping("algorithm.overlong_buffer", "grpo.reward_shaping.overlong_buffer_length",
+            lambda r: r.algorithm.overlong_buffer or OMIT, native_default=128),
+    Mapping("algorithm.overlong_penalty", "grpo.reward_shaping.overlong_buffer_penalty",
+            lambda r: r.algorithm.overlong_penalty if r.algorithm.overlong_buffer else OMIT, native_default=1),
+    Mapping("algorithm.overlong_buffer", "grpo.reward_shaping.max_response_length",
+            lambda r: r.algorithm.max_new_tokens if r.algorithm.overlong_buffer else OMIT,
+            native_default="${policy.max_total_sequence_length}"),
+    Mapping("algorithm.rollout_correction", "loss_fn.use_importance_sampling_correction",
+            lambda r: r.algorithm.rollout_correction == "token", allowed=("none", "token"),
+            supported_text="none or token: NeMo RL's sequence variant (seq-mask-tis) masks, it does not truncate",
+            native_default=False),
+    Mapping("algorithm.rollout_correction", "loss_fn.truncated_importance_sampling_type",
+            lambda r: "tis" if r.algorithm.rollout_correction == "token" else OMIT, native_default=None),
+    Mapping("algorithm.rollout_correction_cap", "loss_fn.truncated_importance_sampling_ratio",
+            lambda r: r.algorithm.rollout_correction_cap if r.algorithm.rollout_correction == "token" else OMIT,
+            native_default=None),
+    Mapping("algorithm.min_lr_ratio", "(policy.scheduler floor)", lambda r: r.algorithm.min_lr_ratio,
+            "linear: end_factor; cosine: eta_min = lr x min_lr_ratio",
+            supported=lambda r: r.algorithm.min_lr_ratio == 0 or r.algorithm.lr_schedule != "constant",
+            supported_text="0 with lr_schedule=constant"),
     # generation
     Mapping("algorithm.temperature", f"{G}.temperature", lambda r: r.algorithm.temperature, native_default=1.0),
     Mapping("algorithm.top_p", f"{G}.top_p", lambda r: r.algorithm.top_p, native_default=1.0),

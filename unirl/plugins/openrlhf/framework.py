@@ -21,6 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, ClassVar
 
+from unirl.backend.advantage_rows import advantage_rows, pair
 from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView, store_true
 from unirl.backend.export import export_path
 from unirl.backend.native import (
@@ -48,7 +49,7 @@ CAPABILITIES = Capabilities(
     **GPU_ON_RAY,
     native_algorithms=("PPO", "GRPO (group_norm)", "Dr. GRPO", "REINFORCE++", "REINFORCE++-baseline", "RLOO",
                        "GSPO loss", "DPO/SFT/RM (other entry points)"),
-    algorithms=("grpo",),
+    algorithms=("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"),
     rollout_engines=("vllm",),
     placement=("colocated (--train.colocate_all, hybrid engine)", "disaggregated (vLLM engines on their own GPUs)"),
     modes=("sync", "async (--train.async_enable)"),
@@ -67,8 +68,15 @@ EXPORT_FORMAT = "openrlhf_jsonl"
 
 KL_ESTIMATOR = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
 LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
-# group: (r - group mean) / group std; none: r - group mean (Dr. GRPO); batch: r - group mean, whitened over the batch.
-ESTIMATOR = {"group": "group_norm", "none": "dr_grpo", "batch": "reinforce_baseline"}
+# (advantage_baseline, advantage_norm) -> --algo.advantage.estimator (openrlhf/trainer/ppo_utils/experience_maker.py
+# :265-338 @ 0.11.2): group_norm (r - mean) / (std + 1e-9); dr_grpo r - mean; rloo leave-one-out; reinforce_baseline
+# r - mean, then token-weighted whitening over the batch; reinforce (no baseline) and gae (critic) whitened likewise.
+ESTIMATOR = {("group_mean", "group"): "group_norm", ("group_mean", "none"): "dr_grpo",
+             ("group_mean", "batch_whiten"): "reinforce_baseline", ("leave_one_out", "none"): "rloo",
+             ("none", "batch_whiten"): "reinforce", ("critic", "batch_whiten"): "gae"}
+NO_REWARD_CLIP = [-1e9, 1e9]
+"""--reward.clip_range for rewards that are never clipped: OpenRLHF clips to (-10, 10) unless told
+(train_ppo_ray.py:474)."""
 LR_SCHEDULE = {"constant": "constant", "linear": "linear", "cosine": "cosine_with_min_lr"}
 PARAM_DTYPE = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}
 
@@ -154,9 +162,24 @@ def warmup_from(value: Any, view: NativeView) -> dict[str, Any]:
 
 
 def kl_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """KL placement: --algo.kl.init_coef is the recipe's kl_coef only as a loss term (--algo.kl.use_loss); in the
-    reward (OpenRLHF's default) it is not GRPO's form and stays native."""
-    return {"algorithm.kl_coef": float(value) if view.get("algo.kl.use_loss") else 0.0}
+    """--algo.kl.init_coef is the recipe's kl_coef, as a loss term with --algo.kl.use_loss, else in the reward."""
+    if not float(value):
+        return {"algorithm.kl_coef": 0.0}  # no KL: where it would go is moot
+    return {"algorithm.kl_coef": float(value),
+            "algorithm.kl_placement": "loss" if view.get("algo.kl.use_loss") else "reward"}
+
+
+def estimator_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """:data:`ESTIMATOR` backwards."""
+    pairs = [pair for pair, name in ESTIMATOR.items() if name == value]
+    if not pairs:
+        raise ValueError(f"{value!r}: the recipe maps {sorted(set(ESTIMATOR.values()))}")
+    baseline, norm = pairs[0]
+    return {"algorithm.advantage_baseline": baseline, "algorithm.advantage_norm": norm}
+
+
+def _critic(r: Recipe) -> bool:
+    return r.algorithm.advantage_baseline == "critic"
 
 
 def clip_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -223,8 +246,12 @@ NO_EARLY_STOP = ("null: OpenRLHF 0.11 trains every episode of --train.num_episod
 """Why eval.stop_after_plateau and eval.stop_at_accuracy are refused: TRL's runner alone stops early."""
 
 MAPPING: tuple[Mapping, ...] = (
-    Mapping("algorithm.advantage_norm", "algo.advantage.estimator", lambda r: ESTIMATOR[r.algorithm.advantage_norm],
-            "group=group_norm (GRPO), none=dr_grpo, batch=reinforce_baseline", native_default="gae"),
+    *advantage_rows(
+        ESTIMATOR, "algo.advantage.estimator", lambda r: ESTIMATOR[pair(r)],
+        "from advantage_baseline x advantage_norm: group_norm, dr_grpo (an advantage change only: the loss stays "
+        "the recipe's loss_aggregation), rloo, reinforce_baseline, reinforce, gae",
+        "OpenRLHF has no batch-std normalisation that is not a whitening", native_default="gae",
+        inverse=estimator_from),
     Mapping("algorithm.samples_per_prompt", "rollout.n_samples_per_prompt", lambda r: r.algorithm.samples_per_prompt,
             native_default=1),
     Mapping("algorithm.prompts_per_step", "rollout.batch_size", lambda r: r.algorithm.prompts_per_step,
@@ -244,8 +271,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lr_scheduler,
             "constant with a warm-up: constant_with_warmup (transformers' constant has none)",
             native_default="cosine_with_min_lr", inverse=schedule_from),
-    Mapping("algorithm.lr_schedule", "actor.min_lr_ratio", lambda r: 0.0,
-            "unirl's cosine decays to 0; OpenRLHF's stops at 10% by default", native_default=0.1),
+    Mapping("algorithm.min_lr_ratio", "actor.min_lr_ratio", lambda r: r.algorithm.min_lr_ratio,
+            "the floor of cosine_with_min_lr; OpenRLHF's default stops at 10%", native_default=0.1,
+            supported=lambda r: r.algorithm.min_lr_ratio == 0 or r.algorithm.lr_schedule == "cosine",
+            supported_text="0, or lr_schedule=cosine: only OpenRLHF's cosine_with_min_lr has a floor"),
     Mapping("algorithm.warmup_steps", "actor.lr_warmup_ratio", warmup_ratio,
             "a fraction of all optimizer updates, which OpenRLHF rounds up to exactly warmup_steps",
             native_default=0.03, inverse=warmup_from),
@@ -254,8 +283,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.max_grad_norm", "actor.max_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
     Mapping("algorithm.kl_coef", "algo.kl.init_coef", lambda r: r.algorithm.kl_coef,
             "0 = no reference model", native_default=0.01, inverse=kl_from),
-    Mapping("algorithm.kl_coef", "algo.kl.use_loss", lambda r: store_true(r.algorithm.kl_coef > 0),
-            "KL as a loss term (GRPO's form), not in the reward", native_default=False),
+    Mapping("algorithm.kl_placement", "algo.kl.use_loss",
+            lambda r: store_true(r.algorithm.kl_coef > 0 and r.algorithm.kl_placement == "loss"),
+            "on: KL as a loss term; off: KL in each token's reward (OpenRLHF's default, models/utils.py:131-159)",
+            native_default=False),
     Mapping("algorithm.kl_estimator", "algo.kl.estimator", lambda r: KL_ESTIMATOR[r.algorithm.kl_estimator],
             native_default="k1"),
     Mapping("algorithm.clip_high", "actor.eps_clip_low_high",
@@ -264,6 +295,54 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.loss_aggregation", "actor.loss_agg_mode",
             lambda r: LOSS_AGG.get(r.algorithm.loss_aggregation, OMIT), allowed=tuple(LOSS_AGG),
             supported_text="token_mean and seq_mean_token_mean (--actor.loss_agg_mode)", native_default="token-mean"),
+    Mapping("algorithm.importance_sampling_level", "actor.policy_loss_type",
+            lambda r: "gspo" if r.algorithm.importance_sampling_level == "sequence" else "ppo",
+            supported=lambda r: r.algorithm.importance_sampling_level == "token"
+            or r.algorithm.loss_aggregation == "seq_mean_token_mean",
+            supported_text="sequence only with loss_aggregation=seq_mean_token_mean: OpenRLHF's gspo loss forces a "
+                           "per-sample mean (openrlhf/models/loss.py PolicyLoss)", native_default="ppo"),
+    Mapping("algorithm.dual_clip", "actor.dual_clip", lambda r: r.algorithm.dual_clip or OMIT, native_default=None),
+    Mapping("algorithm.reward_clip", "reward.clip_range",
+            lambda r: [-r.algorithm.reward_clip, r.algorithm.reward_clip] if r.algorithm.reward_clip
+            else NO_REWARD_CLIP, "null sends a range no reward reaches: OpenRLHF clips to [-10, 10] by default "
+                                 "(experience_maker.py:289)", native_default=[-10, 10]),
+    Mapping("algorithm.dynamic_sampling", "(no std-based dynamic sampling)", lambda r: False, allowed=(False,),
+            supported_text="false: OpenRLHF's --algo.dynamic_filtering_enable keeps a group when its mean reward is "
+                           "strictly inside --algo.dynamic_filtering_range (samples_generator.py:168-177), not when "
+                           "its rewards differ; set it through framework.overrides for bounded rewards"),
+    Mapping("algorithm.overlong_filter", "(no overlong filtering)", lambda r: False, allowed=(False,),
+            supported_text="false: OpenRLHF 0.11 does not leave truncated completions out of the loss"),
+    Mapping("algorithm.overlong_buffer", "reward.overlong_buffer_len", lambda r: r.algorithm.overlong_buffer or OMIT,
+            "penalty -(length - (max_new_tokens - buffer)) / buffer x factor (trainer/ppo_utils/length_penalty.py"
+            ":16-57), added after unirl's reward", native_default=None),
+    Mapping("algorithm.overlong_penalty", "reward.overlong_penalty_factor",
+            lambda r: r.algorithm.overlong_penalty if r.algorithm.overlong_buffer else OMIT, native_default=1.0),
+    Mapping("algorithm.rollout_correction", "algo.advantage.is_correction_level",
+            lambda r: "token" if r.algorithm.rollout_correction == "token" else "off",
+            allowed=("none", "token"),
+            supported_text="none or token: OpenRLHF's sequence level is a rejection filter (mask only), not a "
+                           "truncated ratio (train_ppo_ray.py:261-290)", native_default="off"),
+    Mapping("algorithm.rollout_correction", "algo.advantage.is_correction_mode",
+            lambda r: "clip" if r.algorithm.rollout_correction == "token" else OMIT,
+            "clip: the token ratio clamped into [0, cap], truncated importance sampling", native_default="mask"),
+    Mapping("algorithm.rollout_correction_cap", "algo.advantage.is_correction_threshold",
+            lambda r: [0.0, r.algorithm.rollout_correction_cap] if r.algorithm.rollout_correction == "token"
+            else OMIT, native_default=[0.5, 5.0]),
+    Mapping("algorithm.critic.model", "critic.model_name_or_path",
+            lambda r: (r.algorithm.critic.model or model_location(r)) if _critic(r) else OMIT,
+            "null: the policy's model (OpenRLHF would take the reward model's first)", native_default=None),
+    Mapping("algorithm.critic.lr", "critic.adam.lr", lambda r: r.algorithm.critic.lr if _critic(r) else OMIT,
+            native_default=9e-6),
+    Mapping("algorithm.critic.value_clip", "critic.value_clip",
+            lambda r: r.algorithm.critic.value_clip if _critic(r) else OMIT, native_default=0.5),
+    Mapping("algorithm.critic.gamma", "algo.advantage.gamma", lambda r: r.algorithm.critic.gamma, native_default=1.0),
+    Mapping("algorithm.critic.gae_lambda", "algo.advantage.lambd", lambda r: r.algorithm.critic.gae_lambda,
+            native_default=1.0),
+    Mapping("resources.nodes", "critic.num_nodes", lambda r: r.resources.nodes if _critic(r) else OMIT,
+            native_default=1),
+    Mapping("resources.gpus_per_node", "critic.num_gpus_per_node",
+            lambda r: train_gpus_per_node(r) if _critic(r) else OMIT, "the critic shares the actor's GPUs",
+            native_default=8),
     Mapping("algorithm.entropy_coef", "actor.entropy_coef",
             lambda r: r.algorithm.entropy_coef if r.algorithm.entropy_coef else OMIT, native_default=None),
     Mapping("algorithm.temperature", "rollout.temperature", lambda r: r.algorithm.temperature, native_default=1.0),

@@ -23,6 +23,7 @@ import shlex
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from unirl.backend.advantage_rows import advantage_rows, pair
 from unirl.backend.contract import OMIT, Capabilities, Mapping, store_true
 from unirl.backend.export import export_path
 from unirl.backend.native import (
@@ -77,6 +78,23 @@ def micro_batch(r: Recipe) -> int:
     return native_micro_batch(r, actor_world(r))
 
 
+ESTIMATOR = {("group_mean", "group"): "grpo", ("group_mean", "none"): "grpo",
+             ("group_mean", "batch_whiten"): "reinforce_plus_plus_baseline",
+             ("none", "batch_whiten"): "reinforce_plus_plus"}
+"""(advantage_baseline, advantage_norm) -> --advantage-estimator with token-level ratios."""
+DYNAMIC_SAMPLING_FILTER = "slime.rollout.filter_hub.dynamic_sampling_filters.check_reward_nonzero_std"
+
+
+def estimator(r: Recipe) -> str:
+    """--advantage-estimator: :data:`ESTIMATOR`'s, gspo for GRPO's advantages with sequence-level ratios."""
+    name = ESTIMATOR[pair(r)]
+    return "gspo" if name == "grpo" and r.algorithm.importance_sampling_level == "sequence" else name
+
+
+def _kl_in_loss(r: Recipe) -> bool:
+    return r.algorithm.kl_placement == "loss"
+
+
 def with_eval(r: Recipe, value: Any) -> Any:
     return value if r.data.eval else OMIT
 
@@ -88,7 +106,17 @@ NO_EARLY_STOP = ("null: slime trains --num-rollout rollouts and has no flag that
 """Why eval.stop_after_plateau and eval.stop_at_accuracy are refused: TRL's runner alone stops early."""
 
 COMMON_MAPPING: tuple[Mapping, ...] = (
-    Mapping("algorithm.name", "--advantage-estimator", lambda r: "grpo", native_default="grpo"),
+    *advantage_rows(
+        ESTIMATOR, "--advantage-estimator", estimator,
+        "grpo / gspo (group mean, / group std or not; gspo for sequence-level ratios), "
+        "reinforce_plus_plus(_baseline) (no baseline / group mean, whitened by --normalize-advantages) "
+        "(slime/ray/rollout.py:608-633, slime/utils/ppo_utils.py:371-460 @ 624b824)",
+        "slime has no leave-one-out baseline (only through --custom-advantage-function-path) and unirl does not map "
+        "its Megatron critic (ppo)", native_default="grpo"),
+    Mapping("algorithm.importance_sampling_level", "(gspo estimator)", lambda r: r.algorithm.importance_sampling_level,
+            supported=lambda r: r.algorithm.importance_sampling_level == "token" or ESTIMATOR.get(pair(r)) == "grpo",
+            supported_text="token, or sequence with GRPO's advantages (--advantage-estimator gspo): slime's "
+                           "REINFORCE++ estimators have token-level ratios only"),
     Mapping("algorithm.steps", "--num-rollout", lambda r: r.algorithm.steps,
             "one rollout = one unirl step; the exported train file holds exactly steps x prompts_per_step prompts",
             native_default=None),
@@ -120,13 +148,19 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             "Megatron's default is 0.01", native_default=0.01),
     Mapping("algorithm.max_grad_norm", "--clip-grad", lambda r: r.algorithm.max_grad_norm,
             "0 disables clipping (megatron/core/optimizer/optimizer.py:606)", native_default=1.0),
-    Mapping("algorithm.kl_coef", "--use-kl-loss", lambda r: store_true(r.algorithm.kl_coef > 0),
+    Mapping("algorithm.kl_coef", "--use-kl-loss", lambda r: store_true(r.algorithm.kl_coef > 0 and _kl_in_loss(r)),
             "KL as a loss term against the reference policy (--ref-load)", native_default=False),
     Mapping("algorithm.kl_coef", "--kl-loss-coef",
-            lambda r: r.algorithm.kl_coef if r.algorithm.kl_coef > 0 else OMIT, native_default=0.0),
-    Mapping("algorithm.kl_coef", "--kl-coef", lambda r: OMIT,
-            "reward-shaping KL; slime's GRPO ignores it (slime/backends/megatron_utils/loss.py:769-802)",
+            lambda r: r.algorithm.kl_coef if r.algorithm.kl_coef > 0 and _kl_in_loss(r) else OMIT,
             native_default=0.0),
+    Mapping("algorithm.kl_placement", "--kl-coef",
+            lambda r: r.algorithm.kl_coef if r.algorithm.kl_coef > 0 and not _kl_in_loss(r) else OMIT,
+            "KL in each token's reward, estimated with --kl-loss-type; read by the reinforce_plus_plus estimators "
+            "only (slime/backends/megatron_utils/loss.py:743-802)",
+            supported=lambda r: r.algorithm.kl_coef == 0 or _kl_in_loss(r)
+            or ESTIMATOR.get(pair(r)) in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"),
+            supported_text="loss, or reward with the REINFORCE++ pairs: slime's grpo and gspo advantages ignore "
+                           "--kl-coef (loss.py:743-802)", native_default=0.0),
     Mapping("algorithm.kl_estimator", "--kl-loss-type",
             lambda r: KL_TYPE[r.algorithm.kl_estimator] if r.algorithm.kl_coef > 0 else OMIT,
             "low_var_kl is k3 clamped to [-10, 10] (slime/utils/ppo_utils.py:46-48)", native_default="k1"),
@@ -143,10 +177,40 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.advantage_norm", "--disable-grpo-std-normalization",
             lambda r: store_true(r.algorithm.advantage_norm == "none"),
             "group: the reward minus the group mean, divided by the group std; none: mean-centred only "
-            "(slime/ray/rollout.py:608-633)",
-            allowed=("group", "none"),
-            supported_text="group or none; --normalize-advantages whitens token advantages across the data-parallel "
-                           "group, which is not the recipe's batch std", native_default=False),
+            "(slime/ray/rollout.py:608-633)", native_default=False),
+    Mapping("algorithm.advantage_norm", "--normalize-advantages",
+            lambda r: store_true(r.algorithm.advantage_norm == "batch_whiten"),
+            "batch_whiten: token advantages whitened over the whole data-parallel batch (slime/backends/"
+            "megatron_utils/loss.py:810-830); slime's REINFORCE++ advantages are otherwise unwhitened",
+            native_default=False),
+    Mapping("algorithm.dual_clip", "--eps-clip-c", lambda r: r.algorithm.dual_clip or OMIT, native_default=None),
+    Mapping("algorithm.reward_clip", "(no reward clipping)", lambda r: None, allowed=(None,),
+            supported_text="null: slime has no reward clipping flag"),
+    Mapping("algorithm.dynamic_sampling", "--dynamic-sampling-filter-path",
+            lambda r: DYNAMIC_SAMPLING_FILTER if r.algorithm.dynamic_sampling else OMIT,
+            "keeps a group when its rewards' std exceeds 1e-6 (slime/rollout/filter_hub/dynamic_sampling_filters.py"
+            ":9-15)", native_default=None),
+    Mapping("algorithm.dynamic_sampling", "--over-sampling-batch-size",
+            lambda r: r.algorithm.prompts_per_step if r.algorithm.dynamic_sampling else OMIT,
+            "prompts per sampling round; rounds repeat until prompts_per_step groups are kept", native_default=None),
+    Mapping("algorithm.overlong_filter", "(no overlong filtering)", lambda r: False, allowed=(False,),
+            supported_text="false: slime has no overlong filtering flag"),
+    Mapping("algorithm.overlong_buffer", "(no overlong shaping)", lambda r: None, allowed=(None,),
+            supported_text="null: slime has no overlong reward shaping (none among its flags), and unirl's reward "
+                           "adapter does not add one"),
+    Mapping("algorithm.rollout_correction", "--use-tis",
+            lambda r: store_true(r.algorithm.rollout_correction == "token"),
+            "truncated importance sampling per token against the rollout log-probs", allowed=("none", "token"),
+            supported_text="none or token: slime's --use-tis is per token", native_default=False),
+    Mapping("algorithm.rollout_correction", "--use-rollout-logprobs",
+            lambda r: store_true(r.algorithm.rollout_correction == "token"), native_default=False),
+    Mapping("algorithm.rollout_correction_cap", "--tis-clip",
+            lambda r: r.algorithm.rollout_correction_cap if r.algorithm.rollout_correction == "token" else OMIT,
+            native_default=2.0),
+    Mapping("algorithm.min_lr_ratio", "--min-lr", lambda r: r.algorithm.lr * r.algorithm.min_lr_ratio,
+            "Megatron decays lr_schedule to --min-lr = lr x min_lr_ratio", native_default=0.0,
+            supported=lambda r: r.algorithm.min_lr_ratio == 0 or r.algorithm.lr_schedule != "constant",
+            supported_text="0 with lr_schedule=constant"),
     Mapping("algorithm.entropy_coef", "--entropy-coef", lambda r: r.algorithm.entropy_coef, native_default=0.0),
     Mapping("algorithm.temperature", "--rollout-temperature", lambda r: r.algorithm.temperature, native_default=1.0),
     Mapping("algorithm.top_p", "--rollout-top-p", lambda r: r.algorithm.top_p, native_default=1.0),
@@ -458,7 +522,7 @@ SLIME_CAPABILITIES = Capabilities(
     **GPU_ON_RAY,
     native_algorithms=("GRPO", "GSPO", "CISPO", "REINFORCE++", "REINFORCE++-baseline", "PPO (critic)",
                        "on-policy distillation", "SFT loss"),
-    algorithms=("grpo",),
+    algorithms=("grpo", "dapo", "gspo", "reinforce_pp", "reinforce_pp_baseline"),
     rollout_engines=("sglang",),
     placement=("colocated (--colocate, offloading in turn)", "disaggregated (--rollout-num-gpus)"),
     modes=("sync (train.py)",),

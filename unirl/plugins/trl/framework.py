@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from unirl.backend.auto import resolve
-from unirl.backend.contract import Capabilities, FrameworkOptions, Mapping, NativeView, RunInputs, translate
+from unirl.backend.contract import OMIT, Capabilities, FrameworkOptions, Mapping, NativeView, RunInputs, translate
 from unirl.backend.environment import version_in
 from unirl.backend.native import prompt_budget
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
@@ -31,8 +31,8 @@ ENTRYPOINT = "unirl.plugins.trl.runner:run"
 
 CAPABILITIES = Capabilities(
     native_algorithms=("GRPO (grpo, dapo, dr_grpo, bnpo, cispo, sapo losses)", "GSPO", "RLOO", "DPO", "SFT",
-                       "reward modelling", "experimental PPO / online DPO / GKD"),
-    algorithms=("grpo",),
+                       "reward modelling", "experimental online DPO / GKD (no PPO in 1.16)"),
+    algorithms=("grpo", "dr_grpo", "dapo", "gspo"),
     rollout_engines=("hf", "vllm"),
     placement=("colocated", "disaggregated (vLLM server mode)"),
     modes=("sync",),
@@ -47,6 +47,7 @@ CAPABILITIES = Capabilities(
 )
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
+IS_MODE = {"token": "token_truncate", "sequence": "sequence_truncate"}
 # Special tokens the builtin tiny model must never sample inside a completion (pad, bos, unk).
 BUILTIN_SUPPRESS = [0, 1, 3]
 
@@ -142,6 +143,11 @@ def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
 def schedule_from(value: Any, view: NativeView) -> dict[str, Any]:
     if value == "constant_with_warmup":
         return {"algorithm.lr_schedule": "constant"}
+    if value == "cosine_with_min_lr":
+        rate = (view.get("lr_scheduler_kwargs") or {}).get("min_lr_rate")
+        if not isinstance(rate, int | float):
+            raise ValueError("cosine_with_min_lr without lr_scheduler_kwargs.min_lr_rate")
+        return {"algorithm.lr_schedule": "cosine", "algorithm.min_lr_ratio": float(rate)}
     if value not in ("constant", "linear", "cosine"):
         raise ValueError(f"{value!r}: the recipe has constant, linear and cosine")
     return {"algorithm.lr_schedule": value}
@@ -150,6 +156,26 @@ def schedule_from(value: Any, view: NativeView) -> dict[str, Any]:
 def clip_high_from(value: Any, view: NativeView) -> dict[str, Any]:
     """epsilon_high null or equal to epsilon is the recipe's null (= clip_low)."""
     return {"algorithm.clip_high": None if value is None or value == view.get("epsilon") else float(value)}
+
+
+def rollout_correction_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """vllm_importance_sampling_correction with its mode: off is none; on acts only with vLLM (without it TRL has no
+    second set of log-probs), and only the truncating modes are the recipe's."""
+    if not value:
+        return {"algorithm.rollout_correction": "none"}
+    if not view.get("use_vllm"):
+        return {}
+    mode = view.get("vllm_importance_sampling_mode")
+    level = {native: level for level, native in IS_MODE.items()}.get(mode)
+    if level is None:
+        raise ValueError(f"vllm_importance_sampling_mode={mode!r} masks ratios; the recipe's rollout_correction "
+                         f"truncates them ({', '.join(IS_MODE.values())})")
+    return {"algorithm.rollout_correction": level}
+
+
+def consumed_by_rollout_correction(value: Any, view: NativeView) -> dict[str, Any]:
+    """Read by :func:`rollout_correction_from` (the switch and its mode are one choice)."""
+    return {}
 
 
 def logging_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -241,7 +267,9 @@ MAPPING: tuple[Mapping, ...] = (
     # transformers' plain "constant" ignores warmup_steps (optimization.py get_constant_schedule takes none)
     Mapping("algorithm.lr_schedule", "lr_scheduler_type",
             lambda r: "constant_with_warmup" if r.algorithm.lr_schedule == "constant" and r.algorithm.warmup_steps
-            else r.algorithm.lr_schedule, "constant with a warm-up is sent as constant_with_warmup",
+            else "cosine_with_min_lr" if r.algorithm.lr_schedule == "cosine" and r.algorithm.min_lr_ratio
+            else r.algorithm.lr_schedule, "constant with a warm-up is sent as constant_with_warmup, cosine with a "
+            "min_lr_ratio as cosine_with_min_lr",
             native_default='linear', inverse=schedule_from),
     Mapping("algorithm.warmup_steps", "warmup_steps", lambda r: r.algorithm.warmup_steps, native_default=0),
     Mapping("algorithm.weight_decay", "weight_decay", lambda r: r.algorithm.weight_decay, native_default=0.0),
@@ -257,7 +285,59 @@ MAPPING: tuple[Mapping, ...] = (
             native_default=None, inverse=clip_high_from),
     Mapping("algorithm.loss_aggregation", "loss_type", lambda r: LOSS_TYPE[r.algorithm.loss_aggregation],
             "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo", native_default='dapo'),
-    Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm, native_default='group'),
+    Mapping("algorithm.advantage_baseline", "(group mean)", lambda r: "group_mean", allowed=("group_mean",),
+            supported_text="group_mean only: GRPOTrainer subtracts the group's mean reward (trl/trainer/grpo_trainer.py"
+                           ":2761-2812 @ 1.16.0); leave-one-out is TRL's separate RLOOTrainer, which unirl does not "
+                           "drive yet, and TRL 1.16 has no critic (no PPOTrainer in the wheel)"),
+    Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm,
+            "group: / the group's reward std; batch: / the whole batch's reward std (grpo_config.py:789)",
+            allowed=("group", "batch", "none"),
+            supported_text="group, batch or none: TRL has no token-weighted whitening (batch_whiten)",
+            native_default='group'),
+    Mapping("algorithm.kl_placement", "(KL in the loss)", lambda r: "loss",
+            "GRPOTrainer's KL is a k3 loss term (grpo_trainer.py:3099-3103)",
+            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_placement == "loss",
+            supported_text="loss (or kl_coef=0): GRPOTrainer has no KL in the reward (grpo_trainer.py:3099-3103); "
+                           "that is RLOOTrainer's, which unirl does not drive yet"),
+    Mapping("algorithm.importance_sampling_level", "importance_sampling_level",
+            lambda r: r.algorithm.importance_sampling_level, native_default="token"),
+    Mapping("algorithm.dual_clip", "delta", lambda r: r.algorithm.dual_clip,
+            "caps the unclipped ratio (grpo_trainer.py:3115-3116): with delta above 1 + clip_high this bounds only "
+            "negative advantages' loss, the dual clip", native_default=None,
+            supported=lambda r: r.algorithm.dual_clip is None or r.algorithm.dual_clip > 1 + (r.algorithm.clip_high
+                                                                                          or r.algorithm.clip_low),
+            supported_text="null, or above 1 + clip_high: TRL's delta caps every ratio, which equals the dual clip "
+                           "only above the upper clip"),
+    Mapping("algorithm.reward_clip", "(no reward clipping)", lambda r: None, allowed=(None,),
+            supported_text="null: GRPOTrainer does not clip rewards and unirl's reward adapter does not either (TRL "
+                           "sums the weighted reward functions itself, grpo_trainer.py:2763)"),
+    Mapping("algorithm.dynamic_sampling", "(no dynamic sampling)", lambda r: False, allowed=(False,),
+            supported_text="false: TRL 1.16 has no dynamic sampling; groups whose rewards all equal get zero "
+                           "advantage and are counted in frac_reward_zero_std (grpo_trainer.py:2823-2830)"),
+    Mapping("algorithm.overlong_filter", "mask_truncated_completions", lambda r: r.algorithm.overlong_filter,
+            native_default=False),
+    Mapping("algorithm.overlong_buffer", "(soft overlong punishment)", lambda r: None, allowed=(None,),
+            supported_text="null: TRL's soft overlong punishment is a reward function (trl/rewards/other_rewards.py:83"
+                           " get_soft_overlong_punishment) that unirl does not add yet"),
+    Mapping("algorithm.loss_normalizer", "(max_completion_length)", lambda r: r.algorithm.max_new_tokens,
+            "TRL's dr_grpo loss divides by max_completion_length (grpo_trainer.py:3153-3180)",
+            supported=lambda r: r.algorithm.loss_normalizer in (None, r.algorithm.max_new_tokens),
+            supported_text="null (= max_new_tokens): TRL's dr_grpo loss divides by max_completion_length"),
+    Mapping("algorithm.rollout_correction", "vllm_importance_sampling_correction",
+            lambda r: r.algorithm.rollout_correction != "none",
+            "on by default in TRL 1.16 with vLLM (sequence_mask, cap 3); unirl sends the recipe's choice",
+            native_default=True, inverse=rollout_correction_from),
+    Mapping("algorithm.rollout_correction", "vllm_importance_sampling_mode",
+            lambda r: IS_MODE.get(r.algorithm.rollout_correction, OMIT), "truncation (the ratio capped), per token or "
+            "per sequence", native_default="sequence_mask", inverse=consumed_by_rollout_correction),
+    Mapping("algorithm.rollout_correction_cap", "vllm_importance_sampling_clip_max",
+            lambda r: r.algorithm.rollout_correction_cap, native_default=3.0),
+    Mapping("algorithm.min_lr_ratio", "lr_scheduler_kwargs",
+            lambda r: {"min_lr_rate": r.algorithm.min_lr_ratio} if r.algorithm.min_lr_ratio else OMIT,
+            "with lr_scheduler_type cosine_with_min_lr (transformers optimization.py:337-377)",
+            supported=lambda r: r.algorithm.min_lr_ratio == 0 or r.algorithm.lr_schedule == "cosine",
+            supported_text="0, or lr_schedule=cosine: transformers has a floor only for its cosine schedule "
+                           "(cosine_with_min_lr)", native_default=None),
     Mapping("algorithm.entropy_coef", "entropy_coef", lambda r: r.algorithm.entropy_coef, native_default=0.0),
     Mapping("algorithm.temperature", "temperature", lambda r: r.algorithm.temperature, native_default=1.0),
     Mapping("algorithm.top_p", "top_p", lambda r: r.algorithm.top_p, native_default=1.0),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from unirl.backend.advantage_rows import advantage_rows, pair
 from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView
 from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
@@ -40,7 +41,7 @@ CAPABILITIES = Capabilities(
     **GPU_ON_RAY,
     native_algorithms=("PPO", "GRPO", "GSPO", "DAPO", "Dr. GRPO", "REINFORCE++", "RLOO", "ReMax", "GPG", "CISPO",
                        "SAPO"),
-    algorithms=("grpo",),
+    algorithms=("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"),
     rollout_engines=("vllm", "sglang"),
     placement=("colocated (hybrid engine)", "disaggregated (trainer.v1.trainer_mode=separate_async)"),
     modes=("sync", "async (colocate_async, separate_async)"),
@@ -68,6 +69,31 @@ REWARD_MODULE = "pkg://unirl.adapters.verl"
 EXPORT_FORMAT = "verl_parquet"
 TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
+
+
+ESTIMATOR = {("group_mean", "group"): "grpo", ("group_mean", "none"): "grpo", ("leave_one_out", "none"): "rloo",
+             ("group_mean", "batch_whiten"): "reinforce_plus_plus_baseline",
+             ("none", "batch_whiten"): "reinforce_plus_plus", ("critic", "batch_whiten"): "gae"}
+"""(advantage_baseline, advantage_norm) -> verl's algorithm.adv_estimator."""
+NO_DUAL_CLIP = 1e9
+"""clip_ratio_c for no dual clip: verl asserts c > 1 and always applies it; inf would turn a zero advantage into NaN."""
+
+
+def estimator(r: Recipe) -> str:
+    return ESTIMATOR[pair(r)]
+
+
+def _kl_in_loss(r: Recipe) -> bool:
+    return r.algorithm.kl_placement == "loss"
+
+
+def _critic(r: Recipe) -> bool:
+    return r.algorithm.advantage_baseline == "critic"
+
+
+def critic_model(r: Recipe) -> str:
+    """The critic's initial weights: ``algorithm.critic.model``, else the policy's (as the actor's row sends it)."""
+    return r.algorithm.critic.model or model_location(r)
 
 
 def updates_per_step(r: Recipe) -> int:
@@ -124,9 +150,50 @@ def warmup_from(value: Any, view: NativeView) -> dict[str, Any]:
 
 
 def kl_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """KL placement: only KL as a loss term (use_kl_loss=true) is the recipe's kl_coef; KL in the reward
-    (algorithm.use_kl_in_reward) is not GRPO's form and stays native."""
-    return {"algorithm.kl_coef": float(value) if view.get(f"{A}.use_kl_loss") else 0.0}
+    """kl_loss_coef is the recipe's kl_coef when the KL is a loss term (use_kl_loss=true)."""
+    return {"algorithm.kl_coef": float(value), "algorithm.kl_placement": "loss"} if view.get(f"{A}.use_kl_loss") \
+        else {}
+
+
+def _kl_estimator(value: Any) -> dict[str, Any]:
+    value = {"kl": "k1", "mse": "k2"}.get(value, value)  # verl's other spellings (core_algos.py:2188-2250)
+    names = [name for name, native in KL_TYPE.items() if native == value]
+    if not names:
+        raise ValueError(f"{value!r}: the recipe's estimators are {sorted(set(KL_TYPE.values()))}")
+    return {"algorithm.kl_estimator": names[0]}
+
+
+def kl_loss_type_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """The estimator of the KL loss term, read only when there is one."""
+    return _kl_estimator(value) if view.get(f"{A}.use_kl_loss") else {}
+
+
+def kl_penalty_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """The estimator of the in-reward KL, read only when there is one."""
+    return _kl_estimator(value) if view.get("algorithm.use_kl_in_reward") else {}
+
+
+def kl_in_reward_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """algorithm.kl_ctrl.kl_coef is the recipe's kl_coef when use_kl_in_reward is on."""
+    if not view.get("algorithm.use_kl_in_reward"):
+        return {}
+    return {"algorithm.kl_coef": float(value), "algorithm.kl_placement": "reward"}
+
+
+def dual_clip_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """clip_ratio_c at or above :data:`NO_DUAL_CLIP` is the recipe's null; verl's own default, 3, is a dual clip."""
+    return {"algorithm.dual_clip": None if float(value) >= NO_DUAL_CLIP else float(value)}
+
+
+def estimator_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """:data:`ESTIMATOR` backwards; grpo's std division is algorithm.norm_adv_by_std_in_grpo's."""
+    if value == "grpo":
+        return {"algorithm.advantage_baseline": "group_mean",
+                "algorithm.advantage_norm": "group" if view.get("algorithm.norm_adv_by_std_in_grpo") else "none"}
+    pairs = [pair for pair, name in ESTIMATOR.items() if name == value]
+    if not pairs:
+        raise ValueError(f"{value!r}: the recipe maps {sorted(set(ESTIMATOR.values()))}")
+    return {"algorithm.advantage_baseline": pairs[0][0], "algorithm.advantage_norm": pairs[0][1]}
 
 
 def clip_high_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -174,7 +241,13 @@ NO_EARLY_STOP = ("null: verl 0.9 trains until trainer.total_training_steps and h
 """Why eval.stop_after_plateau and eval.stop_at_accuracy are refused: TRL's runner alone stops early."""
 
 MAPPING: tuple[Mapping, ...] = (
-    Mapping("algorithm.name", "algorithm.adv_estimator", lambda r: "grpo", native_default="gae"),
+    *advantage_rows(
+        ESTIMATOR, "algorithm.adv_estimator", estimator,
+        "from advantage_baseline x advantage_norm: grpo (group mean, / group std or not), rloo (leave-one-out), "
+        "reinforce_plus_plus(_baseline) (no baseline / group mean, then token whitening), gae (critic) "
+        "(verl/trainer/ppo/core_algos.py:267-731 @ 0.9.1)",
+        "verl has no batch-std normalisation that is not a whitening, and no std division after a leave-one-out "
+        "baseline", native_default="gae", inverse=estimator_from),
     Mapping("algorithm.steps", "trainer.total_training_steps", lambda r: r.algorithm.steps,
             "the exported train file holds exactly steps x prompts_per_step prompts", native_default=None),
     Mapping("algorithm.steps", "trainer.total_epochs", lambda r: 1, "one pass over the exported prompts",
@@ -210,23 +283,95 @@ MAPPING: tuple[Mapping, ...] = (
             native_default=0.01),
     Mapping("algorithm.max_grad_norm", f"{A}.optim.clip_grad", lambda r: r.algorithm.max_grad_norm,
             native_default=1.0),
-    Mapping("algorithm.kl_coef", f"{A}.use_kl_loss", lambda r: r.algorithm.kl_coef > 0,
-            "KL as a loss term against the reference policy (GRPO's form)", native_default=False),
-    Mapping("algorithm.kl_coef", f"{A}.kl_loss_coef", lambda r: r.algorithm.kl_coef, native_default=0.001,
-            inverse=kl_from),
-    Mapping("algorithm.kl_coef", "algorithm.use_kl_in_reward", lambda r: False, "GRPO: no KL in the reward",
-            native_default=False),
-    Mapping("algorithm.kl_estimator", f"{A}.kl_loss_type", lambda r: KL_TYPE[r.algorithm.kl_estimator],
-            native_default="low_var_kl"),
+    Mapping("algorithm.kl_coef", f"{A}.use_kl_loss", lambda r: r.algorithm.kl_coef > 0 and _kl_in_loss(r),
+            "KL as a loss term against the reference policy (kl_placement=loss)", native_default=False),
+    Mapping("algorithm.kl_coef", f"{A}.kl_loss_coef", lambda r: r.algorithm.kl_coef if _kl_in_loss(r) else OMIT,
+            native_default=0.001, inverse=kl_from),
+    Mapping("algorithm.kl_placement", "algorithm.use_kl_in_reward",
+            lambda r: r.algorithm.kl_coef > 0 and not _kl_in_loss(r),
+            "KL subtracted from each token's reward (kl_placement=reward, fixed coefficient)", native_default=False),
+    Mapping("algorithm.kl_placement", "algorithm.kl_ctrl.kl_coef",
+            lambda r: OMIT if _kl_in_loss(r) else r.algorithm.kl_coef, native_default=0.001,
+            inverse=kl_in_reward_from),
+    Mapping("algorithm.kl_placement", "algorithm.kl_ctrl.type", lambda r: OMIT if _kl_in_loss(r) else "fixed",
+            native_default="fixed"),
+    Mapping("algorithm.kl_estimator", f"{A}.kl_loss_type",
+            lambda r: KL_TYPE[r.algorithm.kl_estimator] if _kl_in_loss(r) and r.algorithm.kl_coef > 0 else OMIT,
+            native_default="low_var_kl",
+            inverse=kl_loss_type_from),
+    Mapping("algorithm.kl_estimator", "algorithm.kl_penalty",
+            lambda r: OMIT if _kl_in_loss(r) or r.algorithm.kl_coef == 0 else KL_TYPE[r.algorithm.kl_estimator],
+            native_default="kl",
+            inverse=kl_penalty_from),
     Mapping("algorithm.clip_low", f"{A}.clip_ratio_low", lambda r: r.algorithm.clip_low, native_default=0.2),
     Mapping("algorithm.clip_high", f"{A}.clip_ratio_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
             native_default=0.2, inverse=clip_high_from),
     Mapping("algorithm.loss_aggregation", f"{A}.loss_agg_mode", lambda r: LOSS_AGG[r.algorithm.loss_aggregation],
             native_default="token-mean"),
     Mapping("algorithm.advantage_norm", "algorithm.norm_adv_by_std_in_grpo",
-            lambda r: r.algorithm.advantage_norm == "group", allowed=("group", "none"),
-            supported_text="group (divide by the group's std) or none; verl's GRPO has no batch normalisation",
+            lambda r: r.algorithm.advantage_norm == "group" if r.algorithm.advantage_baseline == "group_mean"
+            and r.algorithm.advantage_norm in ("group", "none") else OMIT,
+            "read by the grpo estimator only (the pair is refused by algorithm.advantage_baseline otherwise)",
             native_default=True),
+    Mapping("algorithm.importance_sampling_level", f"{A}.policy_loss.loss_mode",
+            lambda r: "gspo" if r.algorithm.importance_sampling_level == "sequence" else "vanilla",
+            "gspo: one ratio per sequence (core_algos.py:1545-1619); its loss is aggregated by loss_agg_mode",
+            native_default="vanilla"),
+    Mapping("algorithm.dual_clip", f"{A}.clip_ratio_c", lambda r: r.algorithm.dual_clip or NO_DUAL_CLIP,
+            f"verl's vanilla loss always applies the dual clip (core_algos.py:1285-1376, c=3 by default); null sends "
+            f"c={NO_DUAL_CLIP:g}, a bound no ratio reaches",
+            supported=lambda r: r.algorithm.dual_clip is None or r.algorithm.importance_sampling_level == "token",
+            supported_text="null with importance_sampling_level=sequence: verl's gspo loss has no dual clip",
+            native_default=3.0, inverse=dual_clip_from),
+    Mapping("algorithm.reward_clip", "(no reward clipping)", lambda r: None, allowed=(None,),
+            supported_text="null: verl 0.9 has no reward clipping key"),
+    Mapping("algorithm.dynamic_sampling", "algorithm.filter_groups.enable", lambda r: r.algorithm.dynamic_sampling,
+            "drops groups whose scores all equal and generates more prompt batches until the step is full; verl 0.9's "
+            "V1 trainer bounds that by filter_groups.max_inflight_gen_batches, and ignores max_num_gen_batches "
+            "(verl/trainer/ppo/v1/trainer_base.py:187-214)", native_default=False),
+    Mapping("algorithm.dynamic_sampling", "algorithm.filter_groups.metric",
+            lambda r: "reward" if r.algorithm.dynamic_sampling else OMIT,
+            "reward: the pre-KL sequence scores (unirl's weighted total)", native_default="reward"),
+    Mapping("algorithm.overlong_filter", "(no overlong filtering)", lambda r: False, allowed=(False,),
+            supported_text="false: verl 0.9 does not leave truncated completions out of the loss (its DAPO "
+                           "documentation lists overlong filtering as not implemented)"),
+    Mapping("algorithm.overlong_buffer", "reward.reward_manager.name",
+            lambda r: "dapo" if r.algorithm.overlong_buffer else OMIT,
+            "dapo: verl's DAPO reward manager adds the soft overlong punishment to unirl's score "
+            "(verl/experimental/reward_loop/reward_manager/dapo.py:108-117); unirl's reward columns do not include it",
+            native_default="naive"),
+    Mapping("algorithm.overlong_buffer", "+reward.reward_kwargs.overlong_buffer_cfg",
+            lambda r: {"enable": True, "len": r.algorithm.overlong_buffer,
+                       "penalty_factor": r.algorithm.overlong_penalty, "log": True}
+            if r.algorithm.overlong_buffer else OMIT, native_default=None),
+    Mapping("algorithm.overlong_buffer", "+reward.reward_kwargs.max_resp_len",
+            lambda r: r.algorithm.max_new_tokens if r.algorithm.overlong_buffer else OMIT, native_default=None),
+    Mapping("algorithm.loss_normalizer", f"{A}.loss_scale_factor",
+            lambda r: (r.algorithm.loss_normalizer or r.algorithm.max_new_tokens)
+            if r.algorithm.loss_aggregation == "seq_mean_token_sum_norm" else OMIT,
+            "seq-mean-token-sum-norm divides by it; unset, verl divides by each micro-batch's padded response width "
+            "(core_algos.py:1180-1187), which varies from batch to batch", native_default=None),
+    Mapping("algorithm.rollout_correction", "algorithm.rollout_correction.rollout_is",
+            lambda r: None if r.algorithm.rollout_correction == "none" else r.algorithm.rollout_correction,
+            "truncated importance sampling against the rollout engine's log-probs", native_default=None),
+    Mapping("algorithm.rollout_correction_cap", "algorithm.rollout_correction.rollout_is_threshold",
+            lambda r: r.algorithm.rollout_correction_cap, native_default=2.0),
+    Mapping("algorithm.min_lr_ratio", f"{A}.optim.min_lr_ratio", lambda r: r.algorithm.min_lr_ratio,
+            "the floor of verl's cosine schedule", native_default=0.0,
+            supported=lambda r: r.algorithm.min_lr_ratio == 0 or r.algorithm.lr_schedule == "cosine",
+            supported_text="0, or lr_schedule=cosine: verl's constant schedule has no floor"),
+    Mapping("algorithm.critic.model", "critic.model.path", lambda r: critic_model(r) if _critic(r) else OMIT,
+            "null: the policy's model", native_default="~/models/deepseek-llm-7b-chat"),
+    Mapping("algorithm.critic.lr", "critic.optim.lr", lambda r: r.algorithm.critic.lr if _critic(r) else OMIT,
+            native_default=1e-5),
+    Mapping("algorithm.critic.value_clip", "critic.cliprange_value",
+            lambda r: r.algorithm.critic.value_clip if _critic(r) else OMIT, native_default=0.5),
+    Mapping("algorithm.critic.gamma", "algorithm.gamma", lambda r: r.algorithm.critic.gamma, native_default=1.0),
+    Mapping("algorithm.critic.gae_lambda", "algorithm.lam", lambda r: r.algorithm.critic.gae_lambda,
+            native_default=1.0),
+    Mapping("algorithm.micro_batch_size", "critic.ppo_micro_batch_size_per_gpu",
+            lambda r: micro_batch(r) if _critic(r) else OMIT, "the critic's micro-batch: the actor's",
+            native_default=None),
     Mapping("algorithm.entropy_coef", f"{A}.entropy_coeff", lambda r: r.algorithm.entropy_coef, native_default=0),
     Mapping("algorithm.temperature", f"{R}.temperature", lambda r: r.algorithm.temperature, native_default=1.0),
     Mapping("algorithm.top_p", f"{R}.top_p", lambda r: r.algorithm.top_p, native_default=1.0),
