@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.backend_recipes import gpu_recipe
+from tests.support.backend_recipes import gpu_recipe, preset
 from tests.support.helpers import REPO, point_at_backend
 from unirl.errors import FieldError, RecipeInvalid
 from unirl.host.manager import get_host
@@ -131,6 +131,13 @@ VARIANTS = {
     "two_nodes_tp2": {"nodes": 2, "rollout": {"tensor_parallel": 2}, "algorithm": {"prompts_per_step": 16}},
     "disaggregated": {"rollout": {"colocated": False, "gpus": 4, "tensor_parallel": 2},
                       "algorithm": {"prompts_per_step": 4, "advantage_norm": "none"}},
+    # every algorithm preset OpenRLHF maps (unirl algorithms), with a KL term so its placement is sent
+    **{name: {"algorithm": preset(name, kl_coef=0.001)}
+       for name in ("grpo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")},
+    "dapo_without_dynamic_sampling": {"algorithm": preset("dapo", dynamic_sampling=False, overlong_buffer=100)},
+    "clips_and_corrections": {"algorithm": {"dual_clip": 3.0, "reward_clip": 5.0, "rollout_correction": "token",
+                                            "rollout_correction_cap": 2.0, "lr_schedule": "cosine",
+                                            "min_lr_ratio": 0.1}},
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.backend_recipes import gpu_recipe
+from tests.support.backend_recipes import gpu_recipe, preset
 from tests.support.helpers import REPO, point_at_backend
 from unirl.backend.contract import translate
 from unirl.errors import RecipeInvalid
@@ -119,14 +119,24 @@ VARIANTS = {
                          "algorithm": {"prompts_per_step": 16}},
     "dr_grpo_like": {"algorithm": {"loss_aggregation": "seq_mean_token_sum_norm", "advantage_norm": "none",
                                    "clip_high": 0.28}, "data": {"max_prompt_tokens": 1024}},
+    # every algorithm preset (verl maps all eight), with a KL term so its placement is sent
+    **{name: {"algorithm": preset(name, kl_coef=0.001, overlong_buffer=100 if name == "dapo" else None)}
+       for name in ("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")},
+    "clips_and_corrections": {"algorithm": {"dual_clip": 3.0, "rollout_correction": "token",
+                                            "rollout_correction_cap": 2.0, "lr_schedule": "cosine",
+                                            "min_lr_ratio": 0.1}},
 }
 
 
 @pytest.mark.verl
 @pytest.mark.slow
-def test_generated_overrides_compose_and_pass_verls_own_validation(verl_python: Path) -> None:
+def test_generated_overrides_compose_and_pass_verls_own_validation(verl_python: Path, tmp_path: Path) -> None:
+    from unirl.data.builtin import tiny_model
+
     plans = [VERL.plan(gpu_recipe("verl", **changes)) for changes in VARIANTS.values()]
-    results = VERL.check_in_backend(plans)
+    # PPO's critic config is instantiated by validate_config, which reads the model's config.json: a real one
+    tiny_model.save("tiny-arith", 0, tmp_path / "model")
+    results = VERL.check_in_backend(plans, run_dir=str(tmp_path))
     for name, result in zip(VARIANTS, results, strict=True):
         assert result["problems"] == [], (name, result)
         assert any("validate_config" in c for c in result["checked"])

@@ -1,0 +1,81 @@
+"""Every algorithm preset TRL runs, on the embedded task, one sweep read back with `unirl compare`.
+
+Usage: python benchmarks/algorithm_sweep.py [SEEDS...] [-- OVERRIDES...]   (default seeds 0 1 2)
+Runs `unirl -m algorithm=grpo,dr_grpo,dapo,gspo algorithm.dynamic_sampling=false seed=...` (TRL 1.16 has no dynamic
+sampling, so DAPO runs without it; the other presets have it off already), then `unirl compare MULTIRUN --json`.
+Reports per algorithm and seed: held-out greedy accuracy before and after, the first evaluated step at >= 0.8, the
+steps trained and the run's wall time; writes results/algorithm_sweep.json and results/algorithm_sweep.png (compare's
+picture).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from _common import RESULTS, machine, save
+
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo")
+TARGET = 0.8
+
+
+def member(summary_path: Path) -> dict[str, Any]:
+    run_dir = summary_path.parent
+    overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    chosen = dict(o.split("=", 1) for o in overrides if "=" in o)
+    s = json.loads(summary_path.read_text())
+    evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    curve = [(e["step"], round(e["accuracy"], 4)) for e in evals if e["kind"] == "summary"]
+    return {"algorithm": chosen["algorithm"], "seed": int(chosen["seed"]), "state": s.get("state"),
+            "accuracy_before": s.get("accuracy_before"), "accuracy_after": s.get("accuracy_after"),
+            "first_step_at_0.8": next((step for step, acc in curve if acc >= TARGET), None),
+            "steps": s.get("steps"), "wall_s": round(s.get("wall_time_s", 0.0), 1), "curve": curve}
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    overrides = args[args.index("--") + 1:] if "--" in args else []
+    seeds = [int(s) for s in (args[:args.index("--")] if "--" in args else args)] or [0, 1, 2]
+    started = machine()
+    with tempfile.TemporaryDirectory() as tmp:
+        command = ["unirl", "-m", f"algorithm={','.join(ALGORITHMS)}", "algorithm.dynamic_sampling=false",
+                   f"seed={','.join(map(str, seeds))}", "logging.progress=false", *overrides]
+        start = time.perf_counter()
+        sweep = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        [multirun] = {p.parent for p in Path(tmp).rglob("multirun.yaml")}
+        compared = subprocess.run(["unirl", "compare", str(multirun), "--json"], capture_output=True, text=True)
+        table = subprocess.run(["unirl", "compare", str(multirun)], capture_output=True, text=True)
+        print(table.stdout, table.stderr)
+        members = sorted((member(p) for p in multirun.rglob("summary.json")),
+                         key=lambda m: (ALGORITHMS.index(m["algorithm"]), m["seed"]))
+        RESULTS.mkdir(exist_ok=True)
+        if (multirun / "compare.png").exists():
+            shutil.copyfile(multirun / "compare.png", RESULTS / "algorithm_sweep.png")
+    per_algorithm = {}
+    for name in ALGORITHMS:
+        rows = [m for m in members if m["algorithm"] == name]
+        after = [m["accuracy_after"] for m in rows if m["accuracy_after"] is not None]
+        per_algorithm[name] = {
+            "accuracy_after_mean": round(statistics.mean(after), 3) if after else None,
+            "accuracy_after_sd": round(statistics.stdev(after), 3) if len(after) > 1 else None,
+            "first_step_at_0.8": [m["first_step_at_0.8"] for m in rows],
+            "wall_s": [m["wall_s"] for m in rows]}
+        print(name, json.dumps(per_algorithm[name]))
+    save("algorithm_sweep", {"command": command, "exit_code": sweep.returncode, "sweep_wall_s": round(wall, 2),
+                             "compare_exit_code": compared.returncode, "members": members,
+                             "per_algorithm": per_algorithm, "table": table.stdout,
+                             "compare": json.loads(compared.stdout) if compared.stdout.strip() else None},
+         started=started)
+
+
+if __name__ == "__main__":
+    main()
