@@ -1,4 +1,5 @@
-"""Helpers for the benchmark scripts: timing a command, machine description, result files."""
+"""Helpers for the benchmark scripts: timing a command, a sweep read back by compare, machine description, result
+files."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +120,30 @@ def save(name: str, data: dict[str, Any], started: dict[str, Any] | None = None)
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
     print(f"wrote {path}")
     return path
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A ``unirl -m`` sweep run in a scratch directory and read back with ``unirl compare``."""
+
+    process: subprocess.CompletedProcess[str]
+    wall_s: float
+    multirun: Path
+    """The multirun directory (gone once :func:`sweep_and_compare`'s block ends)."""
+    compared: subprocess.CompletedProcess[str]
+    """``unirl compare --json``: it exits 1 when a member did not complete, its output still whole."""
+    table: str
+
+
+@contextmanager
+def sweep_and_compare(command: list[str]) -> Iterator[Sweep]:
+    """Run ``command`` (a ``unirl -m`` sweep) in a temporary directory, print compare's table, yield the result."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        process = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        [multirun] = {p.parent for p in Path(tmp).rglob("multirun.yaml")}
+        compared = subprocess.run(["unirl", "compare", str(multirun), "--json"], capture_output=True, text=True)
+        table = subprocess.run(["unirl", "compare", str(multirun)], capture_output=True, text=True)
+        print(table.stdout, table.stderr)
+        yield Sweep(process, wall, multirun, compared, table.stdout)

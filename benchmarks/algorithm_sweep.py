@@ -13,15 +13,12 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import RESULTS, machine, save
+from _common import RESULTS, machine, save, sweep_and_compare
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo")
 TARGET = 0.8
@@ -45,21 +42,14 @@ def main() -> None:
     overrides = args[args.index("--") + 1:] if "--" in args else []
     seeds = [int(s) for s in (args[:args.index("--")] if "--" in args else args)] or [0, 1, 2]
     started = machine()
-    with tempfile.TemporaryDirectory() as tmp:
-        command = ["unirl", "-m", f"algorithm={','.join(ALGORITHMS)}", "algorithm.dynamic_sampling=false",
-                   f"seed={','.join(map(str, seeds))}", "logging.progress=false", *overrides]
-        start = time.perf_counter()
-        sweep = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        [multirun] = {p.parent for p in Path(tmp).rglob("multirun.yaml")}
-        compared = subprocess.run(["unirl", "compare", str(multirun), "--json"], capture_output=True, text=True)
-        table = subprocess.run(["unirl", "compare", str(multirun)], capture_output=True, text=True)
-        print(table.stdout, table.stderr)
-        members = sorted((member(p) for p in multirun.rglob("summary.json")),
+    command = ["unirl", "-m", f"algorithm={','.join(ALGORITHMS)}", "algorithm.dynamic_sampling=false",
+               f"seed={','.join(map(str, seeds))}", "logging.progress=false", *overrides]
+    with sweep_and_compare(command) as sweep:
+        members = sorted((member(p) for p in sweep.multirun.rglob("summary.json")),
                          key=lambda m: (ALGORITHMS.index(m["algorithm"]), m["seed"]))
         RESULTS.mkdir(exist_ok=True)
-        if (multirun / "compare.png").exists():
-            shutil.copyfile(multirun / "compare.png", RESULTS / "algorithm_sweep.png")
+        if (sweep.multirun / "compare.png").exists():
+            shutil.copyfile(sweep.multirun / "compare.png", RESULTS / "algorithm_sweep.png")
     per_algorithm = {}
     for name in ALGORITHMS:
         rows = [m for m in members if m["algorithm"] == name]
@@ -70,10 +60,10 @@ def main() -> None:
             "first_step_at_0.8": [m["first_step_at_0.8"] for m in rows],
             "wall_s": [m["wall_s"] for m in rows]}
         print(name, json.dumps(per_algorithm[name]))
-    save("algorithm_sweep", {"command": command, "exit_code": sweep.returncode, "sweep_wall_s": round(wall, 2),
-                             "compare_exit_code": compared.returncode, "members": members,
-                             "per_algorithm": per_algorithm, "table": table.stdout,
-                             "compare": json.loads(compared.stdout) if compared.stdout.strip() else None},
+    save("algorithm_sweep", {"command": command, "exit_code": sweep.process.returncode,
+                             "sweep_wall_s": round(sweep.wall_s, 2), "compare_exit_code": sweep.compared.returncode,
+                             "members": members, "per_algorithm": per_algorithm, "table": sweep.table,
+                             "compare": json.loads(sweep.compared.stdout) if sweep.compared.stdout.strip() else None},
          started=started)
 
 

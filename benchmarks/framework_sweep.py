@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-from _common import RESULTS, machine, save
+from _common import RESULTS, machine, save, sweep_and_compare
 
 FRAMEWORKS = ("trl", "verl", "openrlhf", "nemo_rl", "slime", "vime")
 
@@ -27,22 +23,14 @@ def main() -> None:
     overrides = args[args.index("--") + 1:] if "--" in args else []
     seeds = [int(s) for s in (args[:args.index("--")] if "--" in args else args)] or [0, 1, 2]
     started = machine()
-    with tempfile.TemporaryDirectory() as tmp:
-        command = ["unirl", "-m", f"+framework={','.join(FRAMEWORKS)}", f"seed={','.join(map(str, seeds))}",
-                   "logging.progress=false", *overrides]
-        start = time.perf_counter()
-        sweep = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        [multirun] = {p.parent for p in Path(tmp).rglob("multirun.yaml")}
-        # compare exits 1 when a member did not complete (the backends refused here): its output is still whole
-        compared = subprocess.run(["unirl", "compare", str(multirun), "--json"], capture_output=True, text=True)
-        table = subprocess.run(["unirl", "compare", str(multirun)], capture_output=True, text=True)
-        print(table.stdout, table.stderr)
+    command = ["unirl", "-m", f"+framework={','.join(FRAMEWORKS)}", f"seed={','.join(map(str, seeds))}",
+               "logging.progress=false", *overrides]
+    with sweep_and_compare(command) as sweep:  # compare exits 1 here: the backends refused on this machine
         RESULTS.mkdir(exist_ok=True)
-        shutil.copyfile(multirun / "compare.png", RESULTS / "framework_sweep.png")
-    save("framework_sweep", {"command": command, "exit_code": sweep.returncode, "sweep_wall_s": round(wall, 2),
-                             "compare_exit_code": compared.returncode,
-                             "compare": json.loads(compared.stdout), "table": table.stdout}, started=started)
+        shutil.copyfile(sweep.multirun / "compare.png", RESULTS / "framework_sweep.png")
+    save("framework_sweep", {"command": command, "exit_code": sweep.process.returncode,
+                             "sweep_wall_s": round(sweep.wall_s, 2), "compare_exit_code": sweep.compared.returncode,
+                             "compare": json.loads(sweep.compared.stdout), "table": sweep.table}, started=started)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The mapping rows of the advantage estimator: each backend names one estimator for a pair of recipe fields
 (``algorithm.advantage_baseline`` x ``algorithm.advantage_norm``), so a refusal must say which of the two is off: the
-baseline when no pair has it, else the normalisation that does not go with it."""
+baseline when no pair has it, else the normalisation that does not go with it. Also what the critic rows of the
+backends with PPO read."""
 
 from __future__ import annotations
 
@@ -8,11 +9,22 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from unirl.backend.contract import OMIT, Mapping, NativeView
+from unirl.backend.native import model_location
 from unirl.recipe.schema import Recipe
 
 
 def pair(r: Recipe) -> tuple[str, str]:
     return r.algorithm.advantage_baseline, r.algorithm.advantage_norm
+
+
+def uses_critic(r: Recipe) -> bool:
+    """PPO's advantages: a learned value function (``algorithm.critic``), which every critic row reads."""
+    return r.algorithm.advantage_baseline == "critic"
+
+
+def critic_model(r: Recipe) -> str:
+    """The critic's initial weights: ``algorithm.critic.model``, else the policy's (as the actor's row sends it)."""
+    return r.algorithm.critic.model or model_location(r)
 
 
 def advantage_rows(pairs: Collection[tuple[str, str]], native_key: str, convert: Callable[[Recipe], Any], note: str,

@@ -38,11 +38,6 @@ def preset_fields(name: str) -> dict[str, Any]:
     return fields
 
 
-def defining_fields() -> tuple[str, ...]:
-    """Every field some preset sets (the fields that define an algorithm, as opposed to its hyperparameters)."""
-    return tuple(dict.fromkeys(key for name in ALGORITHMS for key in preset_fields(name)))
-
-
 def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~").strip()
 

@@ -21,7 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, ClassVar
 
-from unirl.backend.advantage_rows import advantage_rows, pair
+from unirl.backend.advantage_rows import advantage_rows, critic_model, pair, uses_critic
 from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView, store_true
 from unirl.backend.export import export_path
 from unirl.backend.native import (
@@ -178,10 +178,6 @@ def estimator_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"algorithm.advantage_baseline": baseline, "algorithm.advantage_norm": norm}
 
 
-def _critic(r: Recipe) -> bool:
-    return r.algorithm.advantage_baseline == "critic"
-
-
 def clip_from(value: Any, view: NativeView) -> dict[str, Any]:
     low, high = value
     return {"algorithm.clip_low": float(low), "algorithm.clip_high": None if high == low else float(high)}
@@ -329,19 +325,19 @@ MAPPING: tuple[Mapping, ...] = (
             lambda r: [0.0, r.algorithm.rollout_correction_cap] if r.algorithm.rollout_correction == "token"
             else OMIT, native_default=[0.5, 5.0]),
     Mapping("algorithm.critic.model", "critic.model_name_or_path",
-            lambda r: (r.algorithm.critic.model or model_location(r)) if _critic(r) else OMIT,
+            lambda r: critic_model(r) if uses_critic(r) else OMIT,
             "null: the policy's model (OpenRLHF would take the reward model's first)", native_default=None),
-    Mapping("algorithm.critic.lr", "critic.adam.lr", lambda r: r.algorithm.critic.lr if _critic(r) else OMIT,
+    Mapping("algorithm.critic.lr", "critic.adam.lr", lambda r: r.algorithm.critic.lr if uses_critic(r) else OMIT,
             native_default=9e-6),
     Mapping("algorithm.critic.value_clip", "critic.value_clip",
-            lambda r: r.algorithm.critic.value_clip if _critic(r) else OMIT, native_default=0.5),
+            lambda r: r.algorithm.critic.value_clip if uses_critic(r) else OMIT, native_default=0.5),
     Mapping("algorithm.critic.gamma", "algo.advantage.gamma", lambda r: r.algorithm.critic.gamma, native_default=1.0),
     Mapping("algorithm.critic.gae_lambda", "algo.advantage.lambd", lambda r: r.algorithm.critic.gae_lambda,
             native_default=1.0),
-    Mapping("resources.nodes", "critic.num_nodes", lambda r: r.resources.nodes if _critic(r) else OMIT,
+    Mapping("resources.nodes", "critic.num_nodes", lambda r: r.resources.nodes if uses_critic(r) else OMIT,
             native_default=1),
     Mapping("resources.gpus_per_node", "critic.num_gpus_per_node",
-            lambda r: train_gpus_per_node(r) if _critic(r) else OMIT, "the critic shares the actor's GPUs",
+            lambda r: train_gpus_per_node(r) if uses_critic(r) else OMIT, "the critic shares the actor's GPUs",
             native_default=8),
     Mapping("algorithm.entropy_coef", "actor.entropy_coef",
             lambda r: r.algorithm.entropy_coef if r.algorithm.entropy_coef else OMIT, native_default=None),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from unirl.backend.advantage_rows import advantage_rows, pair
+from unirl.backend.advantage_rows import advantage_rows, critic_model, pair, uses_critic
 from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView
 from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
@@ -85,15 +85,6 @@ def estimator(r: Recipe) -> str:
 
 def _kl_in_loss(r: Recipe) -> bool:
     return r.algorithm.kl_placement == "loss"
-
-
-def _critic(r: Recipe) -> bool:
-    return r.algorithm.advantage_baseline == "critic"
-
-
-def critic_model(r: Recipe) -> str:
-    """The critic's initial weights: ``algorithm.critic.model``, else the policy's (as the actor's row sends it)."""
-    return r.algorithm.critic.model or model_location(r)
 
 
 def updates_per_step(r: Recipe) -> int:
@@ -360,17 +351,17 @@ MAPPING: tuple[Mapping, ...] = (
             "the floor of verl's cosine schedule", native_default=0.0,
             supported=lambda r: r.algorithm.min_lr_ratio == 0 or r.algorithm.lr_schedule == "cosine",
             supported_text="0, or lr_schedule=cosine: verl's constant schedule has no floor"),
-    Mapping("algorithm.critic.model", "critic.model.path", lambda r: critic_model(r) if _critic(r) else OMIT,
+    Mapping("algorithm.critic.model", "critic.model.path", lambda r: critic_model(r) if uses_critic(r) else OMIT,
             "null: the policy's model", native_default="~/models/deepseek-llm-7b-chat"),
-    Mapping("algorithm.critic.lr", "critic.optim.lr", lambda r: r.algorithm.critic.lr if _critic(r) else OMIT,
+    Mapping("algorithm.critic.lr", "critic.optim.lr", lambda r: r.algorithm.critic.lr if uses_critic(r) else OMIT,
             native_default=1e-5),
     Mapping("algorithm.critic.value_clip", "critic.cliprange_value",
-            lambda r: r.algorithm.critic.value_clip if _critic(r) else OMIT, native_default=0.5),
+            lambda r: r.algorithm.critic.value_clip if uses_critic(r) else OMIT, native_default=0.5),
     Mapping("algorithm.critic.gamma", "algorithm.gamma", lambda r: r.algorithm.critic.gamma, native_default=1.0),
     Mapping("algorithm.critic.gae_lambda", "algorithm.lam", lambda r: r.algorithm.critic.gae_lambda,
             native_default=1.0),
     Mapping("algorithm.micro_batch_size", "critic.ppo_micro_batch_size_per_gpu",
-            lambda r: micro_batch(r) if _critic(r) else OMIT, "the critic's micro-batch: the actor's",
+            lambda r: micro_batch(r) if uses_critic(r) else OMIT, "the critic's micro-batch: the actor's",
             native_default=None),
     Mapping("algorithm.entropy_coef", f"{A}.entropy_coeff", lambda r: r.algorithm.entropy_coef, native_default=0),
     Mapping("algorithm.temperature", f"{R}.temperature", lambda r: r.algorithm.temperature, native_default=1.0),
