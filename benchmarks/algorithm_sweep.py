@@ -1,7 +1,7 @@
 """Every algorithm preset TRL runs, on the embedded task, one sweep read back with `unirl compare`.
 
 Usage: python benchmarks/algorithm_sweep.py [SEEDS...] [-- OVERRIDES...]   (default seeds 0 1 2)
-Runs `unirl -m algorithm=grpo,dr_grpo,dapo,gspo algorithm.dynamic_sampling=false seed=...` (TRL 1.16 has no dynamic
+Runs `unirl -m algorithm=grpo,dr_grpo,dapo,gspo,rloo algorithm.dynamic_sampling=false seed=...` (TRL 1.16 has no dynamic
 sampling, so DAPO runs without it; the other presets have it off already), then `unirl compare MULTIRUN --json`.
 Reports per algorithm and seed: held-out greedy accuracy before and after, the first evaluated step at >= 0.8, the
 steps trained and the run's wall time; writes results/algorithm_sweep.json and results/algorithm_sweep.png (compare's
@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 from _common import RESULTS, machine, save, sweep_and_compare
 
-ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo")
+ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo")
 TARGET = 0.8
 
 

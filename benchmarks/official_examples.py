@@ -76,7 +76,7 @@ def compare_import(name: str) -> dict[str, Any]:
             "name": backend, "overrides": {k: v for k, v in report.native.items() if k not in refused}}})
         recipe = tree
     plan = framework.plan(recipe)
-    planned = dict(plan.native_config[{"verl": "overrides", "openrlhf": "flags", "trl": "grpo_config"}[backend]])
+    planned = dict(plan.native_config[{"verl": "overrides", "openrlhf": "flags", "trl": "trainer_config"}[backend]])
     dropped = {k for k, _, _ in report.dropped}
     rows: dict[str, list[tuple[str, str]]] = {c: [] for c in
                                               ("matched", "inexpressible", "dropped", "different", "refused")}

@@ -25,7 +25,7 @@ from unirl.data.builtin import arith, tiny_model  # noqa: E402  (model and data 
 plan = json.loads(Path(sys.argv[1]).read_text())
 out_dir = Path(sys.argv[2])
 seed = plan["recipe"]["seed"]
-args = dict(plan["native_config"]["grpo_config"])
+args = dict(plan["native_config"]["trainer_config"])
 args["use_cpu"] = True
 args["activation_checkpointing"] = args.pop("gradient_checkpointing")
 torch.set_num_threads(1)

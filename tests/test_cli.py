@@ -144,8 +144,8 @@ def test_user_recipe_file_is_selectable_by_path(isolated: Path) -> None:
     recipe = isolated / "my_recipe.yaml"
     recipe.write_text("run:\n  name: mine\nalgorithm:\n  lr: 2.0e-4\n  steps: 7\n")
     plan = plan_json(f"recipe={recipe}")
-    assert plan["native_config"]["grpo_config"]["learning_rate"] == 2e-4
-    assert plan["native_config"]["grpo_config"]["max_steps"] == 7
+    assert plan["native_config"]["trainer_config"]["learning_rate"] == 2e-4
+    assert plan["native_config"]["trainer_config"]["max_steps"] == 7
     missing = run_cli("plan", "recipe=./nope.yaml")
     assert missing.returncode == 2 and "no such recipe file" in missing.stderr
 
@@ -167,7 +167,7 @@ def test_multirun_sweeps_lr_with_the_basic_launcher(isolated: Path) -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     dirs = run_dirs(isolated / "runs" / "multirun")
     assert len(dirs) == 2
-    lrs = sorted(json.loads((d / "native_config.json").read_text())["grpo_config"]["learning_rate"] for d in dirs)
+    lrs = sorted(json.loads((d / "native_config.json").read_text())["trainer_config"]["learning_rate"] for d in dirs)
     assert lrs == [1e-4, 3e-4]
     assert all(json.loads((d / "summary.json").read_text())["state"] == "completed" for d in dirs)
     assert (dirs[0].parent / "multirun.yaml").exists()

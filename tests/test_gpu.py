@@ -19,7 +19,7 @@ def test_embedded_default_trains_on_cuda_in_bf16(isolated: Path) -> None:
                   "logging.progress=false", cwd=isolated)
     assert out.returncode == 0, out.stderr[-3000:]
     [run_dir] = run_dirs(isolated / "runs")
-    args = json.loads((run_dir / "native_config.json").read_text())["grpo_config"]
+    args = json.loads((run_dir / "native_config.json").read_text())["trainer_config"]
     assert args["use_cpu"] is False and args["bf16"] is True
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["host"]["cuda"] is True and manifest["host"]["gpus"]

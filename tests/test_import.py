@@ -37,8 +37,19 @@ def import_native(backend: str, native: dict[str, Any], **options: Any) -> Impor
 
 
 def comparable(recipe: Recipe) -> dict[str, Any]:
-    """Every recipe field but the framework's own options (the import writes the backend's name and overrides)."""
-    return {k: v for k, v in dataclasses.asdict(recipe).items() if k not in ("framework", "scheduler")}
+    """Every recipe field but the framework's own options (the import writes the backend's name and overrides) and the
+    preset's name: the import says what each field is, and a recipe file cannot name a preset it did not compose
+    (unirl.recipe.algorithm_presets), so the name is the default's whatever the fields."""
+    fields = {k: v for k, v in dataclasses.asdict(recipe).items() if k not in ("framework", "scheduler")}
+    a = fields["algorithm"] = {k: v for k, v in fields["algorithm"].items() if k != "name"}
+    # fields that say nothing given others: no backend key carries them, so they come back as whatever
+    moot = {"kl_placement": a["kl_coef"] == 0, "kl_estimator": a["kl_coef"] == 0,
+            "rollout_correction_cap": a["rollout_correction"] == "none",
+            "overlong_penalty": a["overlong_buffer"] is None}
+    for field, says_nothing in moot.items():
+        if says_nothing:
+            a.pop(field)
+    return fields
 
 
 def verl_comes_back_as(recipe: Recipe) -> Recipe:
@@ -232,7 +243,8 @@ def trl_comes_back_as(recipe: Recipe) -> Recipe:
         algorithm=dataclasses.replace(a, micro_batch_size=recipe.micro_batch(), kl_estimator="k3"),
         # model and data are not GRPOConfig keys (the plan's native_config["model"/"data"]): defaults come back, and
         # the prompt budget is unirl's dataset truncation ("(dataset truncation)" row), not a TRL key
-        model=dataclasses.replace(recipe.model,
+        # LoRA is the trainer's peft_config argument (native_config["peft_config"]), not a GRPOConfig key
+        model=dataclasses.replace(recipe.model, lora=default.model.lora,
                                   dtype="bfloat16" if recipe.model.dtype == "auto" else recipe.model.dtype),
         data=default.data,
         eval=default.eval,  # unirl's own evaluation, not TRL's
@@ -249,7 +261,7 @@ def test_a_trl_plan_imports_back_to_its_recipe(recipe: Recipe) -> None:
     if plan is None:
         return  # refused before launch: nothing to import
     ACCEPTED.append(plan)
-    native = dict(plan.native_config["grpo_config"])
+    native = dict(plan.native_config["trainer_config"])
     r = recipe
     given_fields = {"resources.nodes": r.resources.nodes, "resources.gpus_per_node": r.resources.gpus_per_node,
                     "rollout.gpus": r.rollout.gpus}
@@ -257,7 +269,7 @@ def test_a_trl_plan_imports_back_to_its_recipe(recipe: Recipe) -> None:
     assert imported.report.native == {}
     assert comparable(imported.recipe) == comparable(trl_comes_back_as(recipe))
     again = get_host().frameworks.get("trl").plan(imported.recipe)
-    assert again.native_config["grpo_config"] == native
+    assert again.native_config["trainer_config"] == native
 
 
 ACCEPTED: list[Any] = []
@@ -285,7 +297,7 @@ def test_trls_quick_start_config_imports_to_a_recipe_that_plans_the_same_config(
     assert (r.logging.every_steps, r.algorithm.lr_schedule, r.resources.gradient_checkpointing) == (10, "linear", True)
     assert imported.report.native == {}
     assert "output_dir = 'Qwen2-0.5B-GRPO': a path unirl sets itself" in err
-    planned = get_host().frameworks.get("trl").plan(r).native_config["grpo_config"]
+    planned = get_host().frameworks.get("trl").plan(r).native_config["trainer_config"]
     # output_dir: unirl sets <run dir>/trl at launch (the plan leaves it out)
     assert {k for k, v in script.items() if planned.get(k) != v} == {"output_dir"}
     # keys the quick start leaves at TRL's default that the plan sets otherwise, each for a reason:

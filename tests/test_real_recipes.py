@@ -72,7 +72,7 @@ def test_recipe_plans_with_its_numbers(recipe: str, backend: str, tmp_path: Path
     cmd = [str(c) for c in p["command"]]
     args = set(cmd)
     if backend == "trl":
-        cfg = p["native_config"]["grpo_config"]
+        cfg = p["native_config"]["trainer_config"]
         assert (cfg["learning_rate"], cfg["num_generations"], cfg["max_completion_length"]) == (1e-6, 5, 1024)
         assert (cfg["beta"], cfg["epsilon"], cfg["per_device_train_batch_size"]) == (0.001, 0.2, micro)
         # 1024 prompts x 5 = 5120 completions a step in 4 updates of 1280 (TRL counts optimizer steps: 105 x 4)

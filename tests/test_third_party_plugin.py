@@ -55,7 +55,7 @@ def test_a_recipe_can_use_it_and_the_autoload_switch_keeps_it_out(site: str) -> 
     recipe = ["plan", "--json", "rewards=[{name:math_answer},{name:brevity,weight:0.1,kwargs:{limit:8}}]"]
     plan = json.loads(run_cli(*recipe, env=with_site(site)).stdout)
     assert plan["native_config"]["reward_funcs"][1] == {"name": "brevity", "weight": 0.1, "kwargs": {"limit": 8}}
-    assert plan["native_config"]["grpo_config"]["reward_weights"] == [1.0, 0.1]
+    assert plan["native_config"]["trainer_config"]["reward_weights"] == [1.0, 0.1]
     off = run_cli(*recipe, env=with_site(site, UNIRL_DISABLE_PLUGIN_AUTOLOAD="1"))
     assert off.returncode == 2 and "rewards[1].name='brevity'" in off.stderr
     named = run_cli(*recipe, env=with_site(site, UNIRL_DISABLE_PLUGIN_AUTOLOAD="1", UNIRL_PLUGINS="reward_example"))

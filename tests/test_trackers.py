@@ -345,4 +345,4 @@ def test_the_tracked_run_reports_no_plugin_error_and_trl_keeps_its_own_trackers_
     summary = json.loads((tracked_run / "summary.json").read_text())
     assert summary["state"] == "completed" and "plugin_errors" not in summary
     native = json.loads((tracked_run / "native_config.json").read_text())
-    assert native["grpo_config"]["report_to"] == "none"  # unirl fans out; TRL's own callbacks stay off
+    assert native["trainer_config"]["report_to"] == "none"  # unirl fans out; TRL's own callbacks stay off

@@ -57,7 +57,7 @@ def test_run_directory_holds_every_artifact(learned_run: Path) -> None:
     assert manifest["rewards"]["math_answer"]["plugin"] == "rewards"
     assert manifest["seed"] == 0 and "hostname" in manifest["host"]
     native = json.loads((learned_run / "native_config.json").read_text())
-    assert native["grpo_config"]["use_cpu"] is True and native["grpo_config"]["learning_rate"] == 1e-3
+    assert native["trainer_config"]["use_cpu"] is True and native["trainer_config"]["learning_rate"] == 1e-3
 
 
 def test_every_reward_component_reaches_trajectories_and_metrics(learned_run: Path) -> None:
@@ -267,7 +267,7 @@ def test_epochs_per_batch_reuse_each_rollout_batch_instead_of_skipping_steps(iso
     assert (summary["steps"], summary["rollout_batches"], summary["updates"]) == (6, 6, 12)
     assert summary["completions"] == 768 and summary["updates_expected"] == 12
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
-    native = json.loads((run_dir / "native_config.json").read_text())["grpo_config"]
+    native = json.loads((run_dir / "native_config.json").read_text())["trainer_config"]
     assert (native["max_steps"], native["num_iterations"]) == (12, 2)
 
 

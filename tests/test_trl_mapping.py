@@ -22,7 +22,7 @@ def plan_for(**algorithm: object) -> LaunchPlan:
 
 
 def test_completions_not_prompts_fill_trl_batches() -> None:
-    args = plan_for(prompts_per_step=8, samples_per_prompt=16).native_config["grpo_config"]
+    args = plan_for(prompts_per_step=8, samples_per_prompt=16).native_config["trainer_config"]
     assert args["num_generations"] == 16
     assert args["per_device_train_batch_size"] == 128  # 8 prompts x 16 completions
     assert args["gradient_accumulation_steps"] == 1
@@ -31,7 +31,7 @@ def test_completions_not_prompts_fill_trl_batches() -> None:
 
 def test_mini_and_micro_batches_become_accumulation_and_generation_spread() -> None:
     args = plan_for(prompts_per_step=8, samples_per_prompt=16, mini_batches_per_step=2, micro_batch_size=16,
-                    steps=10).native_config["grpo_config"]
+                    steps=10).native_config["trainer_config"]
     # 128 completions per step, 2 updates of 64, each as 4 micro-batches of 16.
     assert args["per_device_train_batch_size"] == 16
     assert args["gradient_accumulation_steps"] == 4
@@ -42,7 +42,7 @@ def test_mini_and_micro_batches_become_accumulation_and_generation_spread() -> N
 
 
 def test_trl_defaults_that_are_wrong_for_unirl_are_set_explicitly() -> None:
-    args = plan_for(lr=3e-4).native_config["grpo_config"]
+    args = plan_for(lr=3e-4).native_config["trainer_config"]
     assert args["learning_rate"] == 3e-4
     assert args["bf16"] is False  # TRL turns bf16 on even on CPU
     assert args["gradient_checkpointing"] is False
@@ -53,15 +53,73 @@ def test_trl_defaults_that_are_wrong_for_unirl_are_set_explicitly() -> None:
 @pytest.mark.parametrize(("aggregation", "loss_type"), [("token_mean", "dapo"), ("seq_mean_token_mean", "grpo"),
                                                          ("seq_mean_token_sum_norm", "dr_grpo")])
 def test_loss_aggregation_names_map_to_trl_loss_types(aggregation: str, loss_type: str) -> None:
-    assert plan_for(loss_aggregation=aggregation).native_config["grpo_config"]["loss_type"] == loss_type
+    assert plan_for(loss_aggregation=aggregation).native_config["trainer_config"]["loss_type"] == loss_type
 
 
 def test_kl_estimator_trl_cannot_honour_is_refused_not_dropped() -> None:
-    refused = r"algorithm\.kl_estimator='k1': not supported by trl; trl supports only k3"
+    refused = (r"algorithm\.kl_estimator='k1': not supported by trl; trl supports when kl_coef > 0: k3 .* "
+               r"with GRPOTrainer")
     with pytest.raises(RecipeInvalid, match=refused):
         plan_for(kl_coef=0.04, kl_estimator="k1")
     plan_for(kl_coef=0.0, kl_estimator="k1")  # no KL term: the estimator is irrelevant
-    assert plan_for(kl_coef=0.04, kl_estimator="k3").native_config["grpo_config"]["beta"] == 0.04
+    assert plan_for(kl_coef=0.04, kl_estimator="k3").native_config["trainer_config"]["beta"] == 0.04
+
+
+def rloo(**changes: object) -> dict[str, object]:
+    """The rloo preset's fields, with changes."""
+    return {"advantage_baseline": "leave_one_out", "advantage_norm": "none", "loss_aggregation": "token_mean",
+            "kl_placement": "reward", "kl_estimator": "k1", **changes}
+
+
+def test_leave_one_out_trains_with_trls_own_rloo_trainer() -> None:
+    plan = plan_for(**rloo(kl_coef=0.05, reward_clip=5.0))
+    args = plan.native_config["trainer_config"]
+    assert plan.native_config["trainer"] == "RLOOTrainer"
+    # KL in the reward (k1, RLOOTrainer's own), advantages not rescaled, rewards clamped to +-5
+    assert (args["beta"], args["normalize_advantages"], args["reward_clip_range"]) == (0.05, False, [-5.0, 5.0])
+    # GRPOConfig-only keys are not sent: RLOOConfig would reject them
+    assert not {"loss_type", "scale_rewards", "importance_sampling_level", "delta", "entropy_coef",
+                "vllm_importance_sampling_correction"} & set(args)
+    TrlFramework().validate(plan)  # TRL's own RLOOConfig takes it
+    assert plan_for().native_config["trainer"] == "GRPOTrainer"
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"advantage_norm": "group"}, "advantage_norm"),  # RLOOTrainer has no group std
+    ({"advantage_norm": "batch_whiten"}, "advantage_norm"),  # its whitening is per completion, not per token
+    ({"loss_aggregation": "seq_mean_token_mean"}, "loss_aggregation"),
+    ({"kl_coef": 0.05, "kl_placement": "loss"}, "kl_placement"),
+    ({"kl_coef": 0.05, "kl_estimator": "k3"}, "kl_estimator"),
+    ({"mini_batches_per_step": 2, "micro_batch_size": 32}, "importance_sampling_level"),  # off-policy: product ratio
+    ({"epochs_per_batch": 2}, "importance_sampling_level"),
+    ({"dual_clip": 3.0}, "dual_clip"),
+    ({"entropy_coef": 0.01}, "entropy_coef"),
+    ({"rollout_correction": "token"}, "rollout_correction"),
+])
+def test_what_rloo_trainer_cannot_do_is_refused_by_field(changes: dict[str, object], field: str) -> None:
+    with pytest.raises(RecipeInvalid, match=rf"algorithm\.{field}=.*not supported by trl"):
+        plan_for(**rloo(**changes))
+
+
+def test_grpo_trainer_does_not_clip_rewards_and_rloo_trainer_does() -> None:
+    with pytest.raises(RecipeInvalid, match=r"algorithm\.reward_clip=5\.0: not supported by trl; trl supports null "
+                                            r"with GRPOTrainer"):
+        plan_for(reward_clip=5.0)
+
+
+def test_overlong_buffer_adds_trls_soft_overlong_punishment_weighted_by_the_penalty() -> None:
+    plan = plan_for(overlong_buffer=16, overlong_penalty=0.5, max_new_tokens=64)
+    funcs = plan.native_config["reward_funcs"]
+    assert funcs[-1] == {"name": "soft_overlong_punishment_reward", "weight": 0.5,
+                         "trl": "trl.rewards.get_soft_overlong_punishment",
+                         "kwargs": {"max_completion_len": 64, "soft_punish_cache": 16}}
+    assert plan.native_config["trainer_config"]["reward_weights"] == [1.0, 0.5]  # the recipe's reward, then it
+    from unirl.plugins.trl.runner import trl_reward_funcs
+
+    [punish] = trl_reward_funcs(plan)
+    # DAPO eq. 13: nothing up to 48 tokens, then linear down to -1 at 64
+    assert punish(completion_ids=[[1] * 48, [1] * 56, [1] * 64]) == [0.0, -0.5, -1.0]
+    assert plan_for().native_config["reward_funcs"][-1]["name"] != "soft_overlong_punishment_reward"
 
 
 def test_sglang_rollouts_are_refused_with_what_trl_supports() -> None:
@@ -71,15 +129,15 @@ def test_sglang_rollouts_are_refused_with_what_trl_supports() -> None:
 
 def test_vllm_server_mode_maps_from_colocation() -> None:
     args = TrlFramework().plan(Recipe(rollout=RolloutConfig(engine="vllm", colocated=False, tensor_parallel=2),
-                                      resources=ResourcesConfig(gpus_per_node=4))).native_config["grpo_config"]
+                                      resources=ResourcesConfig(gpus_per_node=4))).native_config["trainer_config"]
     assert args["use_vllm"] is True and args["vllm_mode"] == "server" and args["vllm_tensor_parallel_size"] == 2
 
 
 def test_raw_overrides_are_applied_last_and_shown_in_the_mapping() -> None:
     recipe = Recipe(framework={"name": "trl", "overrides": {"top_k": 5, "learning_rate": 1e-5}})
     plan = TrlFramework().plan(recipe)
-    assert plan.native_config["grpo_config"]["top_k"] == 5
-    assert plan.native_config["grpo_config"]["learning_rate"] == 1e-5
+    assert plan.native_config["trainer_config"]["top_k"] == 5
+    assert plan.native_config["trainer_config"]["learning_rate"] == 1e-5
     assert any(row.recipe_field == "framework.overrides.top_k" for row in plan.mapping)
 
 
@@ -87,7 +145,7 @@ def test_every_mapped_field_is_a_real_grpoconfig_argument() -> None:
     from trl import GRPOConfig
 
     fields = set(GRPOConfig.__dataclass_fields__)
-    args = plan_for().native_config["grpo_config"]
+    args = plan_for().native_config["trainer_config"]
     assert set(args) - {"gradient_checkpointing"} <= fields
 
 
@@ -118,7 +176,7 @@ def test_cuda_request_without_a_gpu_fails_before_launch() -> None:
 def test_epochs_per_batch_multiply_trls_updates_so_that_steps_stay_rollout_batches() -> None:
     """TRL generates once every steps_per_generation x num_iterations micro-steps (trl 1.16
     trl/trainer/grpo_trainer.py:1538-1539): one unirl step is mini_batches x epochs optimizer updates."""
-    args = plan_for(steps=6, epochs_per_batch=2, mini_batches_per_step=2).native_config["grpo_config"]
+    args = plan_for(steps=6, epochs_per_batch=2, mini_batches_per_step=2).native_config["trainer_config"]
     assert args["num_iterations"] == 2 and args["steps_per_generation"] == 2
     assert args["max_steps"] == 6 * 2 * 2
     generations = args["max_steps"] * args["gradient_accumulation_steps"] // (
@@ -127,7 +185,7 @@ def test_epochs_per_batch_multiply_trls_updates_so_that_steps_stay_rollout_batch
     assert args["logging_steps"] == 4  # logging.every_steps=1: once per unirl step
     recipe = Recipe(algorithm=replace(AlgorithmConfig(), steps=6, epochs_per_batch=3),
                     run=RunSection(checkpoint_every=2))
-    assert TrlFramework().plan(recipe).native_config["grpo_config"]["save_steps"] == 6
+    assert TrlFramework().plan(recipe).native_config["trainer_config"]["save_steps"] == 6
 
 
 def test_tensor_parallel_that_trl_would_crash_on_after_start_up_is_refused_by_field() -> None:
@@ -144,7 +202,7 @@ def test_tensor_parallel_that_trl_would_crash_on_after_start_up_is_refused_by_fi
         plan(2, 0)
     with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=3: .* a divisor of the run's 4"):
         plan(3, 4)
-    assert plan(2, 4).native_config["grpo_config"]["vllm_tensor_parallel_size"] == 2
+    assert plan(2, 4).native_config["trainer_config"]["vllm_tensor_parallel_size"] == 2
     with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=2: .* 1 with rollout\.engine=hf"):
         plan(2, 2, engine="hf")
     with pytest.raises(RecipeInvalid, match=r"rollout\.tensor_parallel=4: .* at most the 2 GPU\(s\) of the vLLM"):
@@ -159,14 +217,14 @@ def test_several_processes_launch_through_torchrun_and_one_stays_in_process() ->
     assert cpu.command == ["python", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
                            "--standalone", *runner]
     assert not cpu.in_process  # a child process (torchrun) even with unirl's own interpreter
-    assert cpu.native_config["grpo_config"]["per_device_train_batch_size"] == 32  # 64 completions over 2 ranks
+    assert cpu.native_config["trainer_config"]["per_device_train_batch_size"] == 32  # 64 completions over 2 ranks
     gpus = TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=8)))
     assert gpus.command[gpus.command.index("--nproc_per_node") + 1] == "8"
     nodes = TrlFramework().plan(Recipe(resources=ResourcesConfig(nodes=2, gpus_per_node=4)))
     assert nodes.environment.nodes == 2
     assert nodes.command[:12] == ["python", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "4",
                                   "--rdzv_backend", "c10d", "--rdzv_endpoint", "{rdzv_endpoint}", "--rdzv_id"]
-    assert nodes.native_config["grpo_config"]["per_device_train_batch_size"] == 8  # 64 over 8 ranks
+    assert nodes.native_config["trainer_config"]["per_device_train_batch_size"] == 8  # 64 over 8 ranks
 
 
 def test_cpu_processes_are_for_cpu_runs_and_must_split_the_batch() -> None:
@@ -193,7 +251,7 @@ def test_resume_plans_and_is_refused_before_launch_when_the_run_directory_has_no
 def test_sharding_becomes_fsdp2_or_a_deepspeed_config_and_is_refused_where_accelerate_would_drop_it() -> None:
     def args(sharding: str | None, gpus: int = 8) -> dict:
         return TrlFramework().plan(Recipe(resources=ResourcesConfig(gpus_per_node=gpus, sharding=sharding))
-                                   ).native_config["grpo_config"]
+                                   ).native_config["trainer_config"]
 
     assert "fsdp" not in args(None) and "deepspeed" not in args("none")  # plain DDP, TRL's default
     fsdp = args("fsdp")
@@ -243,7 +301,7 @@ def test_a_constant_schedule_with_warm_up_keeps_its_warm_up() -> None:
     recipe asks for, checked on the scheduler TRL's Trainer builds from these arguments."""
     from transformers.optimization import get_scheduler
 
-    args = plan_for(lr_schedule="constant", warmup_steps=4, steps=10).native_config["grpo_config"]
+    args = plan_for(lr_schedule="constant", warmup_steps=4, steps=10).native_config["trainer_config"]
     assert args["lr_scheduler_type"] == "constant_with_warmup"
     import torch
 
@@ -256,5 +314,5 @@ def test_a_constant_schedule_with_warm_up_keeps_its_warm_up() -> None:
         optimizer.step()
         scheduler.step()
     assert lrs == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
-    assert plan_for(lr_schedule="constant", warmup_steps=0).native_config["grpo_config"]["lr_scheduler_type"] == \
+    assert plan_for(lr_schedule="constant", warmup_steps=0).native_config["trainer_config"]["lr_scheduler_type"] == \
         "constant"

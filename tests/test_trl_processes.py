@@ -64,7 +64,7 @@ def test_two_gloo_processes_write_the_record_of_one_run(two_ranks: Path) -> None
     assert (summary["steps"], summary["rollout_batches"], summary["updates"]) == (8, 8, 8)
     assert summary["completions"] == 8 * COMPLETIONS  # both ranks' halves of every generation batch
     assert json.loads((two_ranks / "manifest.json").read_text())["processes"] == 2
-    native = json.loads((two_ranks / "native_config.json").read_text())["grpo_config"]
+    native = json.loads((two_ranks / "native_config.json").read_text())["trainer_config"]
     assert native["per_device_train_batch_size"] == COMPLETIONS // 2 and native["use_cpu"] is True
 
     trajectories = read_jsonl(two_ranks / "trajectories.jsonl")

@@ -91,6 +91,12 @@ def store_true(on: bool) -> Any:
     return True if on else OMIT
 
 
+def follows(value: Any, view: NativeView) -> dict[str, Any]:
+    """The :attr:`Mapping.inverse` of a key that follows from a field another row imports (verl's load_format with
+    LoRA, say): it says nothing of its own."""
+    return {}
+
+
 class NativeView(Protocol):
     """What an :attr:`Mapping.inverse` reads: the native configuration being imported and the recipe so far."""
 

@@ -28,7 +28,7 @@ from unirl.recipe.fields import FieldInfo, schema_fields, value_at
 from unirl.recipe.schema import Recipe, recipe_from_dict, validate
 from unirl.versions import matches
 
-PLANNED = {"verl": "overrides", "openrlhf": "flags", "trl": "grpo_config"}
+PLANNED = {"verl": "overrides", "openrlhf": "flags", "trl": "trainer_config"}
 """Where each backend's plan keeps the native key -> value dict that ``unirl import`` reads back."""
 REWARD_FIELDS = ("rewards", "reward_policy")
 NOT_DEFAULTED = ("data.train", "data.eval", "model.path", "model.dtype", "run.name", "seed", "rollout.engine")

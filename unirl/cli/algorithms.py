@@ -18,7 +18,7 @@ def cmd_algorithms(args: list[str]) -> int:
     host = get_host()
     rows = support_table(host)
     if ns.json:
-        print(json.dumps([{"framework": r.framework, "algorithm": r.algorithm,
+        print(json.dumps([{"framework": r.framework, "algorithm": r.algorithm, "support": r.cell,
                            "refusals": [str(p) for p in r.refusals],
                            "refusals_without_kl": [str(p) for p in r.refusals_without_kl]} for r in rows], indent=2))
     else:

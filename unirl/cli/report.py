@@ -82,7 +82,7 @@ def print_first_reward_failure(failure: dict[str, str] | None, out: Any = None) 
 
 
 # Native-config entries already shown as the command line or the mapping table.
-SHOWN_ABOVE = ("grpo_config", "overrides", "flags", "args")
+SHOWN_ABOVE = ("trainer_config", "overrides", "flags", "args")
 
 
 def print_plan(plan: LaunchPlan, validated: bool) -> None:

@@ -42,11 +42,22 @@ class Support:
     def mapped_without_kl(self) -> bool:
         return not self.refusals_without_kl
 
+    @property
+    def cell(self) -> str:
+        """The table's word for it: yes, without KL, or no."""
+        return "yes" if self.mapped else "without KL" if self.mapped_without_kl else "no"
 
-def algorithm_problems(problems: list[FieldError]) -> tuple[FieldError, ...]:
-    """The problems that concern the algorithm (a reference recipe's other fields are the same for every preset);
-    ``algorithm.name`` only when no field says why (the plugin's list of presets is the summary of its rows)."""
-    found = tuple(p for p in problems if p.field.startswith("algorithm."))
+
+LORA = "lora"
+"""The table's last row: LoRA (``model.lora.rank=8`` on the default preset), mapped or refused per backend."""
+LORA_OVERRIDES = ("model.lora.rank=8", "model.lora.alpha=16")
+
+
+def algorithm_problems(problems: list[FieldError], section: str = "algorithm.") -> tuple[FieldError, ...]:
+    """The problems that concern the row (a reference recipe's other fields are the same for every preset: the
+    ``algorithm.`` fields, or ``model.lora.`` for the LoRA row); ``algorithm.name`` only when no field says why
+    (the plugin's list of presets is the summary of its rows)."""
+    found = tuple(p for p in problems if p.field.startswith(section))
     fields = tuple(p for p in found if p.field != "algorithm.name")
     return fields or found
 
@@ -59,7 +70,14 @@ def support(host: Host, framework: str, algorithm: str) -> Support:
     return Support(framework, algorithm, with_kl, without)
 
 
-def _refusals(host: Host, overrides: list[str]) -> tuple[FieldError, ...]:
+def lora_support(host: Host, framework: str) -> Support:
+    """LoRA on one backend (KL on, as the presets are planned: the reference policy is then the adapter-less model)."""
+    refusals = _refusals(host, [f"framework={framework}", *REFERENCE_OVERRIDES, KL_ON, *LORA_OVERRIDES],
+                         section="model.lora.")
+    return Support(framework, LORA, refusals, refusals)
+
+
+def _refusals(host: Host, overrides: list[str], section: str = "algorithm.") -> tuple[FieldError, ...]:
     from unirl.host.planning import compose, plan_recipe
     from unirl.recipe.compose import to_recipe
 
@@ -69,9 +87,9 @@ def _refusals(host: Host, overrides: list[str]) -> tuple[FieldError, ...]:
     try:
         plan_recipe(host, to_recipe(compose(host, overrides)))
     except RecipeInvalid as exc:
-        return algorithm_problems(exc.problems)
+        return algorithm_problems(exc.problems, section)
     except FieldError as exc:
-        return algorithm_problems([exc])
+        return algorithm_problems([exc], section)
     except UnirlError as exc:
         raise UnirlError(f"{' '.join(overrides)}: {exc}") from exc
     finally:
@@ -80,8 +98,10 @@ def _refusals(host: Host, overrides: list[str]) -> tuple[FieldError, ...]:
 
 
 def support_table(host: Host) -> list[Support]:
-    """Every preset on every registered backend, presets in :data:`ALGORITHMS` order."""
-    return [support(host, framework, algorithm) for algorithm in ALGORITHMS for framework in host.frameworks.names()]
+    """Every preset on every registered backend, presets in :data:`ALGORITHMS` order, then LoRA."""
+    frameworks = host.frameworks.names()
+    return [*(support(host, framework, algorithm) for algorithm in ALGORITHMS for framework in frameworks),
+            *(lora_support(host, framework) for framework in frameworks)]
 
 
 def markdown(rows: list[Support], frameworks: list[str]) -> str:
@@ -89,7 +109,7 @@ def markdown(rows: list[Support], frameworks: list[str]) -> str:
     KL (mapped with algorithm.kl_coef=0; the reasons are the KL refusals), no (the reasons without KL)."""
     reasons: list[str] = []
     lines = ["| algorithm | " + " | ".join(frameworks) + " |", "|---|" + "---|" * len(frameworks)]
-    for algorithm in ALGORITHMS:
+    for algorithm in (*ALGORITHMS, LORA):
         cells = []
         for framework in frameworks:
             [row] = [r for r in rows if r.framework == framework and r.algorithm == algorithm]
@@ -100,8 +120,9 @@ def markdown(rows: list[Support], frameworks: list[str]) -> str:
             for problem in row.refusals if row.mapped_without_kl else row.refusals_without_kl:
                 reasons.append(f"{framework}, {algorithm}: {problem}")
                 marks.append(f"[{len(reasons)}]")
-            cells.append(("without KL " if row.mapped_without_kl else "no ") + "".join(marks))
-        lines.append(f"| `{algorithm}` | " + " | ".join(cells) + " |")
+            cells.append(f"{row.cell} " + "".join(marks))
+        label = f"LoRA (`{LORA_OVERRIDES[0]}`)" if algorithm == LORA else f"`{algorithm}`"
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"{i}. {reason}" for i, reason in enumerate(reasons, 1)]
     return "\n".join(lines)

@@ -31,6 +31,35 @@ AUTO_ARITHMETIC = ("resources.gpus_per_node",)
 """``auto`` fields the cross-field checks compute with: until a backend resolves them, only the per-field pass runs."""
 
 
+ALL_LINEAR = "all-linear"
+"""``model.lora.target_modules=[all-linear]``: PEFT's shorthand, every linear layer but the output layer."""
+
+
+@dataclass
+class LoraConfig:
+    """Low-rank adapters (LoRA, Hu et al. 2021) on the policy: the weights stay frozen and only the adapters train.
+    The semantics are PEFT's (peft/tuners/lora/layer.py): the update is
+    ``lora_B(lora_A(dropout(x))) * alpha / rank``."""
+
+    rank: int = setting(0, "Adapter rank r; 0 = no LoRA (full fine-tuning: every weight trains).", at_least=0,
+                        typo_above=4096)
+    alpha: int = setting(16, "Scale numerator: the adapter's update is multiplied by alpha / rank.", at_least=1,
+                         typo_above=65536)
+    dropout: float = setting(0.0, "Dropout on the adapter's input (PEFT's lora_dropout).", at_least=0, below=1)
+    target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR], metadata=documented(
+        """The layers that get adapters, by module name as PEFT matches them (``[q_proj, v_proj]``: every module whose
+        name ends so), or ``[all-linear]``: every linear layer but the output layer."""))
+
+    @property
+    def on(self) -> bool:
+        return self.rank > 0
+
+    def peft_target_modules(self) -> str | list[str]:
+        """``target_modules`` as PEFT's LoraConfig takes it: the shorthand is a string there (a list holding it
+        would name a module called all-linear)."""
+        return ALL_LINEAR if list(self.target_modules) == [ALL_LINEAR] else list(self.target_modules)
+
+
 @dataclass
 class ModelConfig:
     path: str = setting("builtin:tiny-arith", """Hub id (``Qwen/Qwen2.5-0.5B``), local directory with config.json, or
@@ -39,6 +68,7 @@ class ModelConfig:
     dtype: str = setting("auto", "Weights and compute dtype: auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, "
                          "float16.", choices=("auto", "float32", "bfloat16", "float16"))
     init_seed: int | None = setting(None, "Seed for a builtin model's random init; null = the run's seed.")
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -480,6 +510,28 @@ def batch_problems(recipe: Recipe) -> list[FieldError]:
     return []
 
 
+def algorithm_problems(recipe: Recipe) -> list[FieldError]:
+    """A field that only one choice of another reads must not be set beside a choice that ignores it: the backends
+    would drop it silently, and the run would not be the experiment the recipe states."""
+    a = recipe.algorithm
+    if a.loss_normalizer is not None and a.loss_aggregation != "seq_mean_token_sum_norm":
+        return [FieldError("algorithm.loss_normalizer", a.loss_normalizer,
+                           f"null with loss_aggregation={a.loss_aggregation!r}: only seq_mean_token_sum_norm "
+                           "(Dr. GRPO) divides by a constant")]
+    return []
+
+
+def lora_problems(recipe: Recipe) -> list[FieldError]:
+    """``model.lora.target_modules``: the shorthand alone, or module names (checked only when LoRA is on)."""
+    lora = recipe.model.lora
+    names = list(lora.target_modules)
+    if lora.rank and (not names or (ALL_LINEAR in names and len(names) > 1)
+                      or any(not isinstance(m, str) or not m.strip() or m != m.strip() for m in names)):
+        return [FieldError("model.lora.target_modules", names,
+                           f"[{ALL_LINEAR}] alone, or a non-empty list of module names (e.g. [q_proj, v_proj])")]
+    return []
+
+
 def reward_problems(recipe: Recipe, known_rewards: list[str]) -> list[FieldError]:
     """At least one reward, each registered and named once; ``eval.accuracy_reward`` one of them."""
     problems: list[FieldError] = []
@@ -548,6 +600,8 @@ def validate(recipe: Recipe, known_rewards: list[str], known_engines: Sequence[s
     problems += rollout_gpu_problems(recipe)
     problems += process_problems(recipe)
     problems += batch_problems(recipe)
+    problems += algorithm_problems(recipe)
+    problems += lora_problems(recipe)
     problems += reward_problems(recipe, known_rewards)
     problems += tracker_problems(recipe)
     problems += early_stop_problems(recipe)

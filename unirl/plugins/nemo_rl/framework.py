@@ -48,7 +48,7 @@ from unirl.backend.native import micro_batch as native_micro_batch
 from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
 from unirl.data.builtin.tiny_model import SHAPES
 from unirl.errors import FieldError
-from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
+from unirl.recipe.schema import ALL_LINEAR, BUILTIN_PREFIX, Recipe, is_local_path
 
 NAME = "nemo_rl"
 CAPABILITIES = Capabilities(
@@ -85,6 +85,7 @@ VAL_BATCH_SIZE = 256  # grpo.val_batch_size in the base config
 EVERY_VALIDATION_ROW = 10**9  # validate() stops at the end of its loader (no drop_last, grpo.py:410-416 @ v0.7.0)
 
 P = "policy"
+LORA = "policy.dtensor_cfg.lora_cfg"
 G = "policy.generation"
 KL_TYPE = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
 TOKEN_LEVEL_LOSS = {"token_mean": True, "seq_mean_token_mean": False}
@@ -392,6 +393,29 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("model.dtype", f"{P}.precision",
             lambda r: OMIT if r.model.dtype == "auto" else r.model.dtype, "auto: NeMo RL's bfloat16 "
             "(weights kept in float32 for the optimizer, automodel/setup.py:328-331)", native_default="bfloat16"),
+    # LoRA on the DTensor v2 worker (NeMo Automodel's PEFT: nemo_rl/models/automodel/setup.py:667-673 @ v0.7.0); the
+    # refit merges the adapter into the weights vLLM gets (dtensor_policy_worker_v2.py:98-101, 143-150)
+    Mapping("model.lora.rank", f"{LORA}.enabled", lambda r: r.model.lora.on, native_default=False),
+    Mapping("model.lora.rank", f"{LORA}.dim", lambda r: r.model.lora.rank if r.model.lora.on else OMIT,
+            "Automodel's rank (lora_A: in -> dim, lora_B: dim -> out)", native_default=8),
+    Mapping("model.lora.alpha", f"{LORA}.alpha", lambda r: r.model.lora.alpha if r.model.lora.on else OMIT,
+            "scale alpha / dim, as PEFT's", native_default=32),
+    Mapping("model.lora.dropout", f"{LORA}.dropout", lambda r: r.model.lora.dropout if r.model.lora.on else OMIT,
+            native_default=0.0),
+    Mapping("model.lora.dropout", f"{LORA}.dropout_position", lambda r: "pre" if r.model.lora.on else OMIT,
+            "pre: on the adapter's input, as PEFT's lora_dropout (NeMo RL's default is post: on its output)",
+            native_default="post"),
+    Mapping("model.lora.target_modules", f"{LORA}.match_all_linear", lambda r: False if r.model.lora.on else OMIT,
+            "off: Automodel's match_all_linear also adapts lm_head, which PEFT's all-linear leaves out",
+            native_default=True),
+    Mapping("model.lora.target_modules", f"{LORA}.target_modules",
+            lambda r: [] if not r.model.lora.on or r.model.lora.peft_target_modules() == ALL_LINEAR
+            else list(r.model.lora.target_modules), "module names, matched as PEFT does (by the module's own name)",
+            native_default=[]),
+    Mapping("model.lora.target_modules", f"{LORA}.exclude_modules",
+            lambda r: ["lm_head"] if r.model.lora.on and r.model.lora.peft_target_modules() == ALL_LINEAR else OMIT,
+            "all-linear: every linear layer but lm_head (Automodel's fallback when only exclude_modules is set)",
+            native_default=[]),
     Mapping("resources.gradient_checkpointing", f"{P}.dtensor_cfg.activation_checkpointing",
             lambda r: r.resources.gradient_checkpointing, native_default=False),
     # resources

@@ -347,6 +347,11 @@ NULLABLE: frozenset[str] = frozenset({
     "policy.scheduler",  # NotRequired[list | dict | None]: nemo_rl/models/policy/__init__.py:523-527
 })
 
+# Keys whose default in the example YAML is an int but which NeMo RL's typed config declares float.
+FLOAT_TYPED: frozenset[str] = frozenset({
+    "grpo.reward_shaping.overlong_buffer_penalty",  # NotRequired[float]: nemo_rl/algorithms/reward_functions.py:43
+})
+
 _REFERENCE = re.compile(r"^\$\{([A-Za-z0-9_.]+)\}$")
 
 
@@ -360,9 +365,9 @@ def type_problem(key: str, value: Any, default: Any) -> str | None:
         return None  # a null default takes any value; an interpolation's type is only known once resolved
     if isinstance(default, bool):
         ok = isinstance(value, bool)
-    elif isinstance(default, int):
+    elif isinstance(default, int) and key not in FLOAT_TYPED:
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
+    elif isinstance(default, float | int):
         ok = isinstance(value, int | float) and not isinstance(value, bool)
     else:
         ok = isinstance(value, type(default))
@@ -530,6 +535,17 @@ def cross_field_problems(config: dict[str, Any]) -> list[str]:
     # nemo_rl/models/policy/lm_policy.py:93-97, 295-297, 319-321
     need(not (c["policy.megatron_cfg.enabled"] and c["policy.dtensor_cfg.enabled"]),
          "policy.megatron_cfg.enabled and policy.dtensor_cfg.enabled exclude each other (lm_policy.py:93-97)")
+    # LoRA: nemo_rl/models/policy/lm_policy.py:147-150 and nemo_rl/models/automodel/setup.py:667-670 @ v0.7.0;
+    # the module matcher: NVIDIA-NeMo/Automodel nemo_automodel/components/_peft/module_matcher.py (__post_init__)
+    lora = "policy.dtensor_cfg.lora_cfg"
+    if c["policy.dtensor_cfg.enabled"] and c[f"{lora}.enabled"]:
+        need(c["policy.dtensor_cfg._v2"], f"{lora}.enabled needs policy.dtensor_cfg._v2=true (lm_policy.py:147-150)")
+        need(c["policy.dtensor_cfg.tensor_parallel_size"] == 1 or not c[f"{lora}.use_triton"],
+             f"{lora}.use_triton needs policy.dtensor_cfg.tensor_parallel_size == 1 (automodel/setup.py:667-670)")
+        need(not (c[f"{lora}.target_modules"] and c[f"{lora}.exclude_modules"]),
+             f"{lora}.target_modules and exclude_modules exclude each other (Automodel module_matcher.py)")
+        need(not c[f"{lora}.match_all_linear"] or not (c[f"{lora}.target_modules"] or c[f"{lora}.exclude_modules"]),
+             f"{lora}.match_all_linear needs target_modules and exclude_modules empty (Automodel module_matcher.py)")
     need(not (c["policy.dynamic_batching.enabled"] and c["policy.sequence_packing.enabled"]),
          "policy.dynamic_batching and policy.sequence_packing exclude each other (lm_policy.py:295-297, 319-321)")
     # nemo_rl/models/policy/lm_policy.py:180-195 (unless NRL_IGNORE_TP_ACCURACY_CHECK is set)

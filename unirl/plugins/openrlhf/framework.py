@@ -169,6 +169,17 @@ def kl_from(value: Any, view: NativeView) -> dict[str, Any]:
             "algorithm.kl_placement": "loss" if view.get("algo.kl.use_loss") else "reward"}
 
 
+def reward_clip_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """--reward.clip_range [-c, c] is reward_clip c (OpenRLHF's default [-10, 10] included: it clips unless told not
+    to); :data:`NO_REWARD_CLIP` or wider is null; a lopsided range has no recipe field."""
+    low, high = (float(v) for v in value)
+    if low <= NO_REWARD_CLIP[0] and high >= NO_REWARD_CLIP[1]:
+        return {"algorithm.reward_clip": None}
+    if low != -high or high <= 0:
+        raise ValueError(f"reward.clip_range={list(value)}: the recipe's reward_clip is a symmetric range [-c, c]")
+    return {"algorithm.reward_clip": high}
+
+
 def estimator_from(value: Any, view: NativeView) -> dict[str, Any]:
     """:data:`ESTIMATOR` backwards."""
     pairs = [pair for pair, name in ESTIMATOR.items() if name == value]
@@ -301,7 +312,7 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.reward_clip", "reward.clip_range",
             lambda r: [-r.algorithm.reward_clip, r.algorithm.reward_clip] if r.algorithm.reward_clip
             else NO_REWARD_CLIP, "null sends a range no reward reaches: OpenRLHF clips to [-10, 10] by default "
-                                 "(experience_maker.py:289)", native_default=[-10, 10]),
+                                 "(experience_maker.py:289)", native_default=[-10, 10], inverse=reward_clip_from),
     Mapping("algorithm.dynamic_sampling", "(no std-based dynamic sampling)", lambda r: False, allowed=(False,),
             supported_text="false: OpenRLHF's --algo.dynamic_filtering_enable keeps a group when its mean reward is "
                            "strictly inside --algo.dynamic_filtering_range (samples_generator.py:168-177), not when "
@@ -385,6 +396,12 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("seed", "train.seed", lambda r: r.seed, native_default=42),
     Mapping("model.path", "actor.model_name_or_path", model_location, native_default=None),
+    Mapping("model.lora.rank", "ds.lora.rank", lambda r: r.model.lora.rank or OMIT, allowed=(0,), native_default=0,
+            supported_text="0: OpenRLHF 0.11.2 wraps the actor with PEFT (openrlhf/models/actor.py:177-188) but "
+                           "syncs it to vLLM parameter by parameter under PEFT's names, adapters unmerged "
+                           "(openrlhf/trainer/ray/ppo_actor.py:409-485 broadcast_to_vllm), names vLLM's model does not "
+                           "have (OpenRLHF issue #546: a KeyError in update_weight); with LoRA its rollouts could "
+                           "never follow the trained policy"),
     Mapping("model.dtype", "ds.param_dtype", lambda r: PARAM_DTYPE[r.model.dtype], allowed=tuple(PARAM_DTYPE),
             supported_text="bfloat16 and float16 (--ds.param_dtype bf16|fp16)", native_default="bf16"),
     Mapping("resources.gradient_checkpointing", "actor.gradient_checkpointing_enable",

@@ -266,6 +266,10 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("run.resume", "--load", lambda r: CHECKPOINTS if r.run.resume else model_location(r),
             "resume: the run's checkpoints (slime falls back to --ref-load when there are none, "
             "slime/utils/arguments.py:1829-1838)", native_default=None),
+    Mapping("model.lora.rank", "(no LoRA)", lambda r: 0, allowed=(0,),
+            supported_text="0: slime's arguments at 624b824a (slime/utils/arguments.py, every flag in unirl's table) "
+                           "have no LoRA (THUDM/slime issue #416 open, Megatron-Bridge LoRA in the open PR #1865); "
+                           "vime's at 035f98340b31 have none either (vime added --lora-rank later, vime PR #336)"),
     Mapping("model.dtype", "--bf16", lambda r: store_true(r.model.dtype in ("auto", "bfloat16")),
             "slime trains in bf16 unless --fp16 (slime/backends/megatron_utils/arguments.py:157)",
             allowed=("auto", "bfloat16", "float16"),

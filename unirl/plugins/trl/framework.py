@@ -32,7 +32,7 @@ ENTRYPOINT = "unirl.plugins.trl.runner:run"
 CAPABILITIES = Capabilities(
     native_algorithms=("GRPO (grpo, dapo, dr_grpo, bnpo, cispo, sapo losses)", "GSPO", "RLOO", "DPO", "SFT",
                        "reward modelling", "experimental online DPO / GKD (no PPO in 1.16)"),
-    algorithms=("grpo", "dr_grpo", "dapo", "gspo"),
+    algorithms=("grpo", "dr_grpo", "dapo", "gspo", "rloo"),
     rollout_engines=("hf", "vllm"),
     placement=("colocated", "disaggregated (vLLM server mode)"),
     modes=("sync",),
@@ -45,6 +45,25 @@ CAPABILITIES = Capabilities(
     can_exclude_rewards=True,  # a failed call's reward is None, which TRL leaves out (NaN-aware sums)
     shards_training_state=True,
 )
+
+# The trainer a recipe runs on: GRPOTrainer, or RLOOTrainer for the leave-one-out baseline (a separate trainer with its
+# own config class in TRL 1.16, trl/trainer/rloo_trainer.py).
+TRAINERS = {"grpo": ("GRPOTrainer", "GRPOConfig"), "rloo": ("RLOOTrainer", "RLOOConfig")}
+
+
+def trainer_of(r: Recipe) -> str:
+    return "rloo" if r.algorithm.advantage_baseline == "leave_one_out" else "grpo"
+
+
+def on_grpo(value: Any) -> Any:
+    """A GRPOConfig-only key: OMIT on RLOOTrainer (RLOOConfig has no such field)."""
+    return lambda r: value(r) if trainer_of(r) == "grpo" else OMIT
+
+
+def on_policy(r: Recipe) -> bool:
+    """One optimizer update per generation: TRL then reuses the generating log-probs, so every ratio is exactly 1."""
+    return updates_per_step(r) == 1
+
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
 IS_MODE = {"token": "token_truncate", "sequence": "sequence_truncate"}
@@ -208,6 +227,21 @@ def sharding_from(value: Any, view: NativeView) -> dict[str, Any]:
     raise ValueError(f"{value!r}: the recipe shards with fsdp, zero2 or zero3")
 
 
+def overlong_punishment(r: Recipe) -> dict[str, Any] | None:
+    """TRL's soft overlong punishment (``get_soft_overlong_punishment(max_completion_len, soft_punish_cache)``) for
+    ``algorithm.overlong_buffer``: 0 up to max_new_tokens - buffer, then falling linearly to -1 at max_new_tokens;
+    weighted by overlong_penalty in :func:`reward_weights`. None: no shaping."""
+    buffer = r.algorithm.overlong_buffer
+    if not isinstance(buffer, int):
+        return None
+    return {"max_completion_len": r.algorithm.max_new_tokens, "soft_punish_cache": buffer}
+
+
+def reward_weights(r: Recipe) -> list[float]:
+    weights = [float(s.weight) for s in r.rewards]
+    return [*weights, float(r.algorithm.overlong_penalty)] if overlong_punishment(r) else weights
+
+
 def processes_per_node(r: Recipe) -> int:
     """Training processes on each node: one per training GPU, else ``resources.cpu_processes`` (gloo on CPU)."""
     if r.total_gpus == 0:
@@ -276,69 +310,109 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.max_grad_norm", "max_grad_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
     Mapping("algorithm.kl_coef", "beta", lambda r: r.algorithm.kl_coef, "0 = no reference model is loaded",
             native_default=0.0),
-    Mapping("algorithm.kl_estimator", "(fixed k3)", lambda r: "k3",
-            "TRL's KL term is always the k3 estimator",
-            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_estimator in ("k3", "low_var_kl"),
-            supported_text="only k3 (low_var_kl) when kl_coef > 0"),
+    Mapping("algorithm.kl_estimator", "(fixed by the trainer)", lambda r: "k1" if trainer_of(r) == "rloo" else "k3",
+            "GRPOTrainer's KL is k3 in the loss (grpo_trainer.py:3099-3103); RLOOTrainer's is k1 summed over the "
+            "sequence and subtracted from the reward (rloo_trainer.py:1664-1673)",
+            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_estimator in (
+                ("k1",) if trainer_of(r) == "rloo" else ("k3", "low_var_kl")),
+            supported_text="when kl_coef > 0: k3 (low_var_kl) with GRPOTrainer, k1 with RLOOTrainer "
+                           "(advantage_baseline=leave_one_out)"),
     Mapping("algorithm.clip_low", "epsilon", lambda r: r.algorithm.clip_low, native_default=0.2),
     Mapping("algorithm.clip_high", "epsilon_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
             native_default=None, inverse=clip_high_from),
-    Mapping("algorithm.loss_aggregation", "loss_type", lambda r: LOSS_TYPE[r.algorithm.loss_aggregation],
-            "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo", native_default='dapo'),
-    Mapping("algorithm.advantage_baseline", "(group mean)", lambda r: "group_mean", allowed=("group_mean",),
-            supported_text="group_mean only: GRPOTrainer subtracts the group's mean reward (trl/trainer/grpo_trainer.py"
-                           ":2761-2812 @ 1.16.0); leave-one-out is TRL's separate RLOOTrainer, which unirl does not "
-                           "drive yet, and TRL 1.16 has no critic (no PPOTrainer in the wheel)"),
-    Mapping("algorithm.advantage_norm", "scale_rewards", lambda r: r.algorithm.advantage_norm,
+    Mapping("algorithm.loss_aggregation", "loss_type", on_grpo(lambda r: LOSS_TYPE[r.algorithm.loss_aggregation]),
+            "token_mean=dapo, seq_mean_token_mean=grpo, seq_mean_token_sum_norm=dr_grpo; RLOOTrainer has one loss: "
+            "the mean over completions of each one's summed log-ratio x advantage (rloo_trainer.py:1818-1833), whose "
+            "gradient is token_mean's times the batch's mean completion length", native_default='dapo',
+            supported=lambda r: trainer_of(r) == "grpo" or r.algorithm.loss_aggregation == "token_mean",
+            supported_text="token_mean with advantage_baseline=leave_one_out: RLOOTrainer sums each completion's "
+                           "tokens and averages completions (rloo_trainer.py:1818-1833), which weighs every token "
+                           "alike as token_mean does (up to the batch's mean length); it has no per-sequence mean "
+                           "and no constant normaliser"),
+    Mapping("algorithm.advantage_baseline", "(trainer)", lambda r: TRAINERS[trainer_of(r)][0],
+            "group_mean: GRPOTrainer (the group's mean reward, grpo_trainer.py:2761-2812); leave_one_out: TRL's "
+            "RLOOTrainer (the mean of the group's other completions, rloo_trainer.py:1682-1690)",
+            allowed=("group_mean", "leave_one_out"),
+            supported_text="group_mean (GRPOTrainer) or leave_one_out (RLOOTrainer): TRL 1.16 has no critic (no "
+                           "PPOTrainer in the wheel) and no baseline-free REINFORCE"),
+    Mapping("algorithm.advantage_norm", "scale_rewards", on_grpo(lambda r: r.algorithm.advantage_norm),
             "group: / the group's reward std; batch: / the whole batch's reward std (grpo_config.py:789)",
-            allowed=("group", "batch", "none"),
-            supported_text="group, batch or none: TRL has no token-weighted whitening (batch_whiten)",
+            supported=lambda r: r.algorithm.advantage_norm in (
+                ("group", "batch", "none") if trainer_of(r) == "grpo" else ("none",)),
+            supported_text="group, batch or none with GRPOTrainer (no token-weighted whitening, batch_whiten); none "
+                           "with RLOOTrainer, whose only normalisation (normalize_advantages) whitens per completion, "
+                           "not per token (rloo_trainer.py:1695-1696)",
             native_default='group'),
-    Mapping("algorithm.kl_placement", "(KL in the loss)", lambda r: "loss",
-            "GRPOTrainer's KL is a k3 loss term (grpo_trainer.py:3099-3103)",
-            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_placement == "loss",
-            supported_text="loss (or kl_coef=0): GRPOTrainer has no KL in the reward (grpo_trainer.py:3099-3103); "
-                           "that is RLOOTrainer's, which unirl does not drive yet"),
+    Mapping("algorithm.advantage_norm", "normalize_advantages",
+            lambda r: False if trainer_of(r) == "rloo" else OMIT, "RLOOTrainer: leave-one-out advantages unscaled",
+            native_default=False),
+    Mapping("algorithm.kl_placement", "(KL placement)", lambda r: "reward" if trainer_of(r) == "rloo" else "loss",
+            "GRPOTrainer's KL is a loss term (grpo_trainer.py:3099-3103); RLOOTrainer's is subtracted from the reward "
+            "(rloo_trainer.py:1664-1673)",
+            supported=lambda r: r.algorithm.kl_coef == 0 or r.algorithm.kl_placement == (
+                "reward" if trainer_of(r) == "rloo" else "loss"),
+            supported_text="when kl_coef > 0: loss with GRPOTrainer, reward with RLOOTrainer "
+                           "(advantage_baseline=leave_one_out)"),
     Mapping("algorithm.importance_sampling_level", "importance_sampling_level",
-            lambda r: r.algorithm.importance_sampling_level, native_default="token"),
-    Mapping("algorithm.dual_clip", "delta", lambda r: r.algorithm.dual_clip,
+            on_grpo(lambda r: r.algorithm.importance_sampling_level), native_default="token",
+            supported=lambda r: trainer_of(r) == "grpo" or (r.algorithm.importance_sampling_level == "token"
+                                                            and on_policy(r)),
+            supported_text="with advantage_baseline=leave_one_out, token and one update per step "
+                           "(mini_batches_per_step = epochs_per_batch = 1): RLOOTrainer clips one ratio per "
+                           "completion, the product of its token ratios (rloo_trainer.py:1818-1829), which equals "
+                           "per-token clipping only while every ratio is 1"),
+    Mapping("algorithm.dual_clip", "delta", on_grpo(lambda r: r.algorithm.dual_clip),
             "caps the unclipped ratio (grpo_trainer.py:3115-3116): with delta above 1 + clip_high this bounds only "
             "negative advantages' loss, the dual clip", native_default=None,
-            supported=lambda r: r.algorithm.dual_clip is None or r.algorithm.dual_clip > 1 + (r.algorithm.clip_high
-                                                                                          or r.algorithm.clip_low),
-            supported_text="null, or above 1 + clip_high: TRL's delta caps every ratio, which equals the dual clip "
-                           "only above the upper clip"),
-    Mapping("algorithm.reward_clip", "(no reward clipping)", lambda r: None, allowed=(None,),
-            supported_text="null: GRPOTrainer does not clip rewards and unirl's reward adapter does not either (TRL "
-                           "sums the weighted reward functions itself, grpo_trainer.py:2763)"),
+            supported=lambda r: r.algorithm.dual_clip is None or (trainer_of(r) == "grpo" and r.algorithm.dual_clip > 1
+                                                                   + (r.algorithm.clip_high or r.algorithm.clip_low)),
+            supported_text="null, or above 1 + clip_high with GRPOTrainer: TRL's delta caps every ratio, which equals "
+                           "the dual clip only above the upper clip; RLOOTrainer has no delta"),
+    Mapping("algorithm.reward_clip", "reward_clip_range",
+            lambda r: OMIT if trainer_of(r) == "grpo" else None if r.algorithm.reward_clip is None
+            else [-r.algorithm.reward_clip, r.algorithm.reward_clip],
+            "RLOOTrainer clamps the weighted total reward (rloo_trainer.py:1660-1661); GRPOTrainer never clips",
+            native_default=None,
+            supported=lambda r: r.algorithm.reward_clip is None or trainer_of(r) == "rloo",
+            supported_text="null with GRPOTrainer: it does not clip rewards and unirl's reward adapter does not either "
+                           "(TRL sums the weighted reward functions itself, grpo_trainer.py:2763); RLOOTrainer "
+                           "(advantage_baseline=leave_one_out) clips"),
     Mapping("algorithm.dynamic_sampling", "(no dynamic sampling)", lambda r: False, allowed=(False,),
             supported_text="false: TRL 1.16 has no dynamic sampling; groups whose rewards all equal get zero "
                            "advantage and are counted in frac_reward_zero_std (grpo_trainer.py:2823-2830)"),
     Mapping("algorithm.overlong_filter", "mask_truncated_completions", lambda r: r.algorithm.overlong_filter,
             native_default=False),
-    Mapping("algorithm.overlong_buffer", "(soft overlong punishment)", lambda r: None, allowed=(None,),
-            supported_text="null: TRL's soft overlong punishment is a reward function (trl/rewards/other_rewards.py:83"
-                           " get_soft_overlong_punishment) that unirl does not add yet"),
+    Mapping("algorithm.overlong_buffer", "(reward_funcs: soft_overlong_punishment_reward)", overlong_punishment,
+            "TRL's own soft overlong punishment reward (trl/rewards/other_rewards.py:83 get_soft_overlong_punishment, "
+            "DAPO eq. 13) is added to the reward functions with weight overlong_penalty; null: not added"),
     Mapping("algorithm.loss_normalizer", "(max_completion_length)", lambda r: r.algorithm.max_new_tokens,
             "TRL's dr_grpo loss divides by max_completion_length (grpo_trainer.py:3153-3180)",
             supported=lambda r: r.algorithm.loss_normalizer in (None, r.algorithm.max_new_tokens),
             supported_text="null (= max_new_tokens): TRL's dr_grpo loss divides by max_completion_length"),
     Mapping("algorithm.rollout_correction", "vllm_importance_sampling_correction",
-            lambda r: r.algorithm.rollout_correction != "none",
+            on_grpo(lambda r: r.algorithm.rollout_correction != "none"),
             "on by default in TRL 1.16 with vLLM (sequence_mask, cap 3); unirl sends the recipe's choice",
-            native_default=True, inverse=rollout_correction_from),
+            native_default=True, inverse=rollout_correction_from,
+            supported=lambda r: r.algorithm.rollout_correction == "none" or (trainer_of(r) == "grpo"
+                                                                              and r.rollout.engine == "vllm"),
+            supported_text="none with RLOOTrainer (advantage_baseline=leave_one_out): RLOOConfig has no "
+                           "importance-sampling correction; none without rollout.engine=vllm: the correction "
+                           "compares vLLM's log-probs with the trainer's, and TRL applies it only with vLLM "
+                           "(grpo_trainer.py:2660, 2860)"),
     Mapping("algorithm.rollout_correction", "vllm_importance_sampling_mode",
-            lambda r: IS_MODE.get(r.algorithm.rollout_correction, OMIT), "truncation (the ratio capped), per token or "
-            "per sequence", native_default="sequence_mask", inverse=consumed_by_rollout_correction),
+            on_grpo(lambda r: IS_MODE.get(r.algorithm.rollout_correction, OMIT)), "truncation (the ratio capped), per "
+            "token or per sequence", native_default="sequence_mask", inverse=consumed_by_rollout_correction),
     Mapping("algorithm.rollout_correction_cap", "vllm_importance_sampling_clip_max",
-            lambda r: r.algorithm.rollout_correction_cap, native_default=3.0),
+            on_grpo(lambda r: r.algorithm.rollout_correction_cap), native_default=3.0),
     Mapping("algorithm.min_lr_ratio", "lr_scheduler_kwargs",
             lambda r: {"min_lr_rate": r.algorithm.min_lr_ratio} if r.algorithm.min_lr_ratio else OMIT,
             "with lr_scheduler_type cosine_with_min_lr (transformers optimization.py:337-377)",
             supported=lambda r: r.algorithm.min_lr_ratio == 0 or r.algorithm.lr_schedule == "cosine",
             supported_text="0, or lr_schedule=cosine: transformers has a floor only for its cosine schedule "
                            "(cosine_with_min_lr)", native_default=None),
-    Mapping("algorithm.entropy_coef", "entropy_coef", lambda r: r.algorithm.entropy_coef, native_default=0.0),
+    Mapping("algorithm.entropy_coef", "entropy_coef", on_grpo(lambda r: r.algorithm.entropy_coef), native_default=0.0,
+            supported=lambda r: trainer_of(r) == "grpo" or r.algorithm.entropy_coef == 0,
+            supported_text="0 with RLOOTrainer (advantage_baseline=leave_one_out): RLOOConfig has no entropy bonus"),
     Mapping("algorithm.temperature", "temperature", lambda r: r.algorithm.temperature, native_default=1.0),
     Mapping("algorithm.top_p", "top_p", lambda r: r.algorithm.top_p, native_default=1.0),
     Mapping("algorithm.max_new_tokens", "max_completion_length", lambda r: r.algorithm.max_new_tokens,
@@ -346,7 +420,20 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("reward_policy.on_error", "(unirl reward adapter)",
             lambda r: r.reward_policy.resolved(CAPABILITIES.can_exclude_rewards).on_error,
             "exclude: a failed call's reward is None, which TRL leaves out of the group baseline"),
-    Mapping("rewards[].weight", "reward_weights", lambda r: [float(s.weight) for s in r.rewards], native_default=None),
+    Mapping("rewards[].weight", "reward_weights", reward_weights, "one weight per reward, then overlong_penalty when "
+            "algorithm.overlong_buffer adds TRL's soft overlong punishment", native_default=None),
+    Mapping("model.lora.rank", "(peft_config: LoraConfig.r)", lambda r: r.model.lora.rank or OMIT,
+            "TRL wraps the model with PEFT's get_peft_model (grpo_trainer.py:433-476, rloo_trainer.py:353-396); its "
+            "reference policy is the model with the adapter disabled (grpo_trainer.py:987-990); 0: no peft_config"),
+    Mapping("model.lora.alpha", "(peft_config: LoraConfig.lora_alpha)",
+            lambda r: r.model.lora.alpha if r.model.lora.on else OMIT),
+    Mapping("model.lora.dropout", "(peft_config: LoraConfig.lora_dropout)",
+            lambda r: r.model.lora.dropout if r.model.lora.on else OMIT),
+    Mapping("model.lora.target_modules", "(peft_config: LoraConfig.target_modules)",
+            lambda r: r.model.lora.peft_target_modules() if r.model.lora.on else OMIT,
+            supported=lambda r: "lm_head" not in r.model.lora.target_modules,
+            supported_text="module names without lm_head: TRL computes log-probabilities from lm_head.weight "
+                           "directly and refuses an adapter on it after loading the model"),
     Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU",
             inverse=precision_from),
     Mapping("resources.device", "use_cpu", lambda r: r.resources.device == "cpu",
@@ -447,7 +534,7 @@ class TrlFramework:
 
         args: dict[str, Any] = {}
         for key, value in native.items():
-            if isinstance(value, dict):  # one recipe field that sets several GRPOConfig keys
+            if "/" in key:  # one recipe field that sets several GRPOConfig keys (a dict of them)
                 args.update(value)
             else:
                 args[key] = value
@@ -459,10 +546,16 @@ class TrlFramework:
             rows.append(MappedField(f"framework.overrides.{key}", key, value, "raw GRPOConfig key, applied last"))
         args.update(overrides)
 
+        trainer, config = TRAINERS[trainer_of(recipe)]
+        overlong = overlong_punishment(recipe)
         native = {
-            "grpo_config": dict(sorted(args.items())),
-            "reward_funcs": [{"name": s.name, "weight": s.weight, "kwargs": dict(s.kwargs)} for s in recipe.rewards],
+            "trainer": trainer,
+            "trainer_config": dict(sorted(args.items())),
+            "reward_funcs": [{"name": s.name, "weight": s.weight, "kwargs": dict(s.kwargs)} for s in recipe.rewards]
+            + ([{"name": "soft_overlong_punishment_reward", "weight": recipe.algorithm.overlong_penalty,
+                 "trl": "trl.rewards.get_soft_overlong_punishment", "kwargs": overlong}] if overlong else []),
             "model": {"path": recipe.model.path, "revision": recipe.model.revision, "dtype": recipe.model.dtype},
+            "peft_config": peft_config(recipe),
             "data": {"train": recipe.data.train, "eval": recipe.data.eval},
         }
         python = recipe.framework.get("python")
@@ -477,6 +570,8 @@ class TrlFramework:
             command=command,
             in_process=python is None and single,
             notes=[
+                f"trains with TRL's {trainer} ({config})"
+                + (f", LoRA rank {recipe.model.lora.rank} through PEFT" if recipe.model.lora.on else ""),
                 f"held-out evaluation is unirl's ({'greedy' if recipe.eval.greedy else 'sampled'}, "
                 f"{'before and ' if recipe.eval.before_training else ''}after training), not TRL's eval loop",
                 "output_dir is set to <run dir>/trl at launch",
@@ -508,9 +603,9 @@ class TrlFramework:
         return resolved
 
     def validate(self, plan: LaunchPlan) -> None:
-        """Construct TRL's own GRPOConfig from the plan: TRL's checks, before any model loads."""
+        """Construct TRL's own GRPOConfig or RLOOConfig from the plan: TRL's checks, before any model loads."""
         try:
-            from trl.trainer.grpo_config import GRPOConfig
+            config_class = trainer_classes(plan)[1]
         except ImportError as exc:
             raise UnirlError(f"TRL is not installed in this interpreter ({exc}); pip install 'unirl[trl]'") from exc
         import tempfile
@@ -518,20 +613,39 @@ class TrlFramework:
         args = launch_args(plan)
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                GRPOConfig(output_dir=tmp, **args)
+                config_class(output_dir=tmp, **args)
             except ImportError as exc:  # DeepSpeed for resources.sharding=zero2/zero3
                 raise UnirlError(f"resources.sharding={plan.recipe['resources'].get('sharding')!r}: TRL's GRPOConfig "
                                  f"needs a package this interpreter lacks ({exc}); for zero2/zero3, pip install "
                                  "deepspeed where TRL runs") from exc
             except (TypeError, ValueError) as exc:
-                raise UnirlError(f"TRL {plan.framework_version} rejected the generated GRPOConfig: {exc}") from exc
+                raise UnirlError(f"TRL {plan.framework_version} rejected the generated {config_class.__name__}: "
+                                 f"{exc}") from exc
+
+
+def peft_config(r: Recipe) -> dict[str, Any] | None:
+    """PEFT's LoraConfig arguments for ``model.lora`` (the runner builds it; TRL wraps the model), None without LoRA."""
+    lora = r.model.lora
+    if not lora.on:
+        return None
+    return {"task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
+            "target_modules": lora.peft_target_modules(), "bias": "none"}
+
+
+def trainer_classes(plan: LaunchPlan) -> tuple[Any, Any]:
+    """The plan's TRL trainer and config classes (plans written before RLOO support name no trainer: GRPO)."""
+    import trl
+
+    trainer = plan.native_config.get("trainer", "GRPOTrainer")
+    config = dict(TRAINERS.values())[trainer]
+    return getattr(trl, trainer), getattr(trl, config)
 
 
 def launch_args(plan: LaunchPlan) -> dict[str, Any]:
     """The plan's GRPOConfig arguments with the device and precision decided for this machine."""
     import torch
 
-    args = dict(plan.native_config["grpo_config"])
+    args = dict(plan.native_config["trainer_config"])
     device, dtype = plan.recipe["resources"]["device"], plan.recipe["model"]["dtype"]
     has_cuda = torch.cuda.is_available()
     if device == "cuda" and not has_cuda:
@@ -543,8 +657,7 @@ def launch_args(plan: LaunchPlan) -> dict[str, Any]:
         args["bf16"] = not args["use_cpu"] and torch.cuda.is_bf16_supported()
         args["fp16"] = False
     # Version gate: transformers 5.x renamed gradient_checkpointing to activation_checkpointing.
-    from trl.trainer.grpo_config import GRPOConfig
-
-    if "activation_checkpointing" in GRPOConfig.__dataclass_fields__ and "gradient_checkpointing" in args:
+    config_class = trainer_classes(plan)[1]
+    if "activation_checkpointing" in config_class.__dataclass_fields__ and "gradient_checkpointing" in args:
         args["activation_checkpointing"] = args.pop("gradient_checkpointing")
     return args

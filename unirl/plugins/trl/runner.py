@@ -28,7 +28,7 @@ from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.host.manager import Host, get_host
 from unirl.host.planning import spec_from_recipe
 from unirl.launch.resume import require_trainer_checkpoint, take_checkpoint
-from unirl.plugins.trl.framework import BUILTIN_SUPPRESS, CHECKPOINTS, launch_args, updates_per_step
+from unirl.plugins.trl.framework import BUILTIN_SUPPRESS, CHECKPOINTS, launch_args, trainer_classes, updates_per_step
 from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
 from unirl.record.layout import (
     EVAL,
@@ -424,7 +424,7 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
 
     if ranks.main:
         write_json(run_dir / PLAN, plan.to_dict())
-        write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "grpo_config": args})
+        write_json(run_dir / NATIVE_CONFIG, {**plan.native_config, "trainer_config": args})
     status(recipe, f"loading rewards: {', '.join(r.name for r in recipe.rewards)}")
     can_exclude = host.frameworks.get(plan.framework).capabilities.can_exclude_rewards
     rewards = RewardExecutor(spec_from_recipe(recipe, host.rewards, can_exclude=can_exclude))
@@ -437,7 +437,7 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
         summary["resumed_from"] = resumed_from
     peers: list[dict[str, Any]] = []  # the other ranks' reward statistics, gathered once training is done
     try:
-        _train(recipe, args, rewards, recorder, host, t_start, summary, resumed_from, ranks, peers)
+        _train(plan, recipe, args, rewards, recorder, host, t_start, summary, resumed_from, ranks, peers)
     except KeyboardInterrupt:
         summary["state"] = "interrupted"
         raise
@@ -486,7 +486,8 @@ def _resume_or_error(recipe: Recipe, run_dir: Path) -> dict[str, Any] | None:
         return {"error": str(exc)}
 
 
-def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, recorder: RunRecorder, host: Host,
+def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, recorder: RunRecorder,
+           host: Host,
            t_start: float, summary: dict[str, Any], resumed_from: dict[str, Any] | None = None,
            ranks: Ranks | None = None, peers: list[dict[str, Any]] | None = None) -> None:
     """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails).
@@ -497,8 +498,6 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
     import torch
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
-    from trl.trainer.grpo_config import GRPOConfig
-    from trl.trainer.grpo_trainer import GRPOTrainer
 
     info = recorder.run
     run_dir = info.run_dir
@@ -509,7 +508,12 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
     # Its final weights come from the checkpoint instead, on the device training would have used.
     training_done = resumed_from is not None and resumed_from["step"] >= recipe.algorithm.steps
     if training_done and resumed_from is not None:
-        model = type(model).from_pretrained(resumed_from["checkpoint"], dtype=model.dtype)
+        if plan.native_config.get("peft_config"):  # a LoRA checkpoint holds the adapter alone, over the base model
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, resumed_from["checkpoint"])
+        else:
+            model = type(model).from_pretrained(resumed_from["checkpoint"], dtype=model.dtype)
         model.to("cpu" if args["use_cpu"] else f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
     held_out = f", held out {recipe.data.eval}" if recipe.data.eval else ""
     status(recipe, f"loading data: {recipe.data.train}{held_out}")
@@ -615,11 +619,16 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
     if not training_done:
         # mini_batches: the adapter's step is global_step // it + 1, so it takes TRL's updates per unirl step
         adapter = TrlRewardAdapter(rewards, eos_ids=eos_ids(model, tok), mini_batches=per_step, on_scored=scored)
-        trainer = GRPOTrainer(
-            model=model, reward_funcs=list[Any](adapter.reward_funcs()),  # TRL's parameter: an invariant list
-            args=GRPOConfig(output_dir=str(run_dir / CHECKPOINTS), **args),
-            train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()])
+        trainer_class, config_class = trainer_classes(plan)
+        trainer = trainer_class(
+            model=model, reward_funcs=[*adapter.reward_funcs(), *trl_reward_funcs(plan)],
+            args=config_class(output_dir=str(run_dir / CHECKPOINTS), **args),
+            train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()],
+            peft_config=lora_config(plan))
         trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
+        # PEFT injects the adapters into ``model``'s own modules (the trainer holds a PeftModel around it), so the
+        # held-out evaluation of ``model`` below sees the trained adapters
+        summary.update(parameter_counts(trainer.model))
         # TRL restores weights, optimizer, scheduler, RNG and the data order from the checkpoint
         trainer.train(resume_from_checkpoint=resumed_from["checkpoint"] if resumed_from else None)
         summary["updates"] = trainer.state.global_step  # every update of the run, a resumed run's earlier ones too
@@ -640,6 +649,32 @@ def _train(recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, record
         summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
                        distinct_completions=final["distinct_completions"])
     check_updates(summary, recipe, len(train_rows))  # completed, or failed with what ran (zero updates included)
+
+
+def lora_config(plan: LaunchPlan) -> Any:
+    """PEFT's LoraConfig for ``model.lora`` (the plan's peft_config), None for full fine-tuning."""
+    spec = plan.native_config.get("peft_config")
+    if not spec:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(**spec)
+
+
+def parameter_counts(model: Any) -> dict[str, int]:
+    """The model's parameters and those the optimizer updates (all of them, or LoRA's adapters)."""
+    params = list(model.parameters())
+    return {"parameters": sum(p.numel() for p in params),
+            "trainable_parameters": sum(p.numel() for p in params if p.requires_grad)}
+
+
+def trl_reward_funcs(plan: LaunchPlan) -> list[Any]:
+    """The reward functions the plan takes from TRL itself, after the recipe's (their weights close reward_weights):
+    the soft overlong punishment of ``algorithm.overlong_buffer``."""
+    from trl.rewards.other_rewards import get_soft_overlong_punishment
+
+    return [get_soft_overlong_punishment(**spec["kwargs"]) for spec in plan.native_config["reward_funcs"]
+            if spec.get("trl") == "trl.rewards.get_soft_overlong_punishment"]
 
 
 def _leave_group() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from unirl.backend.advantage_rows import advantage_rows, critic_model, pair, uses_critic
-from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView
+from unirl.backend.contract import OMIT, Capabilities, Mapping, NativeView, follows
 from unirl.backend.export import export_path
 from unirl.backend.hydra_overrides import to_overrides
 from unirl.backend.native import (
@@ -83,8 +83,21 @@ def estimator(r: Recipe) -> str:
     return ESTIMATOR[pair(r)]
 
 
+def lora_alpha_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """lora_alpha is sent only with LoRA on, so it is read as it stands (a rename the generic import cannot probe)."""
+    if float(value) != int(value):
+        raise ValueError(f"lora_alpha={value}: the recipe's model.lora.alpha is an integer")
+    return {"model.lora.alpha": int(value)}
+
+
+def target_modules_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """verl's target_modules: PEFT's all-linear shorthand (a string) or a list of module names."""
+    return {"model.lora.target_modules": [value] if isinstance(value, str) else list(value)}
+
+
 def _kl_in_loss(r: Recipe) -> bool:
-    return r.algorithm.kl_placement == "loss"
+    """KL placed in the loss; without KL (kl_coef=0) too, so that a moot placement yields one set of keys."""
+    return r.algorithm.kl_placement == "loss" or r.algorithm.kl_coef == 0
 
 
 def updates_per_step(r: Recipe) -> int:
@@ -388,6 +401,25 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("seed", "data.seed", lambda r: r.seed, native_default=None),
     Mapping("model.path", "actor_rollout_ref.model.path", model_location,
             native_default="~/models/deepseek-llm-7b-chat"),
+    Mapping("model.lora.rank", "actor_rollout_ref.model.lora_rank", lambda r: r.model.lora.rank,
+            "verl's FSDP engine wraps the actor with PEFT when > 0 (verl/workers/engine/fsdp/transformer_impl.py:"
+            "358-368); the reference policy is the actor with the adapter disabled; the critic (PPO) trains in full",
+            native_default=0),
+    Mapping("model.lora.alpha", "actor_rollout_ref.model.lora_alpha",
+            lambda r: r.model.lora.alpha if r.model.lora.on else OMIT, native_default=16, inverse=lora_alpha_from),
+    Mapping("model.lora.target_modules", "actor_rollout_ref.model.target_modules",
+            lambda r: r.model.lora.peft_target_modules() if r.model.lora.on else OMIT, native_default="all-linear",
+            inverse=target_modules_from),
+    Mapping("model.lora.dropout", "(no LoRA dropout)", lambda r: 0.0, allowed=(0.0,),
+            supported_text="0: verl's FSDP engine builds PEFT's LoraConfig without lora_dropout "
+                           "(verl/workers/engine/fsdp/transformer_impl.py:358-367)"),
+    Mapping("model.lora.rank", f"{R}.load_format", lambda r: "safetensors" if r.model.lora.on else OMIT,
+            "with LoRA, as verl's LoRA example does (examples/grpo_trainer/run_qwen2_5-3b_gsm8k_grpo_lora.sh "
+            "@771e530): the rollout engine loads the base weights from model.path and each step syncs the adapter "
+            "alone (verl/workers/engine_workers.py:673, 785-800)", native_default="dummy", inverse=follows),
+    Mapping("model.lora.rank", f"{R}.layered_summon", lambda r: True if r.model.lora.on else OMIT,
+            "with LoRA: the FSDP weights are gathered layer by layer for the sync (the same example)",
+            native_default=False, inverse=follows),
     Mapping("model.dtype", f"{A}.fsdp_config.model_dtype",
             lambda r: TRAIN_DTYPE.get(r.model.dtype, OMIT), "auto: verl's fp32 master weights", native_default="fp32"),
     Mapping("model.dtype", f"{R}.dtype", lambda r: ROLLOUT_DTYPE.get(r.model.dtype, OMIT), native_default="bfloat16"),
