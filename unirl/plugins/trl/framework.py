@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from unirl.backend.auto import resolve
-from unirl.backend.contract import OMIT, Capabilities, FrameworkOptions, Mapping, NativeView, RunInputs, translate
+from unirl.backend.contract import (
+    OMIT,
+    Capabilities,
+    FrameworkOptions,
+    Mapping,
+    NativeView,
+    RunInputs,
+    follows,
+    translate,
+)
 from unirl.backend.environment import version_in
 from unirl.backend.native import prompt_budget
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
@@ -146,11 +155,6 @@ def batch_from(value: Any, view: NativeView) -> dict[str, Any]:
             "algorithm.micro_batch_size": value}
 
 
-def consumed_by_batch(value: Any, view: NativeView) -> dict[str, Any]:
-    """Read by :func:`batch_from` (the three batch keys are one layout)."""
-    return {}
-
-
 def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
     """max_steps counts optimizer updates (:func:`_updates`); -1 (train by num_train_epochs) has no recipe form."""
     if isinstance(value, int) and value < 1:
@@ -192,11 +196,6 @@ def rollout_correction_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"algorithm.rollout_correction": level}
 
 
-def consumed_by_rollout_correction(value: Any, view: NativeView) -> dict[str, Any]:
-    """Read by :func:`rollout_correction_from` (the switch and its mode are one choice)."""
-    return {}
-
-
 def logging_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"logging.every_steps": _whole(value, _updates_of(view), "optimizer updates per step")}
 
@@ -225,6 +224,10 @@ def sharding_from(value: Any, view: NativeView) -> dict[str, Any]:
     if stage in (2, 3):
         return {"resources.sharding": f"zero{stage}"}
     raise ValueError(f"{value!r}: the recipe shards with fsdp, zero2 or zero3")
+
+
+SOFT_OVERLONG = "trl.rewards.get_soft_overlong_punishment"
+"""The plan's name for TRL's own reward function that :func:`overlong_punishment` configures (the runner builds it)."""
 
 
 def overlong_punishment(r: Recipe) -> dict[str, Any] | None:
@@ -290,11 +293,12 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],
             "TRL counts completions per device micro-batch, not prompts", native_default=8, inverse=batch_from),
     Mapping("algorithm.micro_batch_size", "gradient_accumulation_steps", lambda r: batch_layout(r)["accumulation"],
-            "micro-batches per optimizer update on one device", native_default=1, inverse=consumed_by_batch),
+            # batch_from reads it (the three batch keys are one layout)
+            "micro-batches per optimizer update on one device", native_default=1, inverse=follows),
     Mapping("algorithm.mini_batches_per_step", "steps_per_generation",
             lambda r: batch_layout(r)["steps_per_generation"],
             "one generation of prompts_per_step x samples_per_prompt completions feeds this many micro-batches",
-            native_default=None, inverse=consumed_by_batch),
+            native_default=None, inverse=follows),  # batch_from reads it
     Mapping("algorithm.epochs_per_batch", "num_iterations", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "learning_rate", lambda r: r.algorithm.lr, "TRL's default 1e-6 is set explicitly",
             native_default=1e-06),
@@ -401,7 +405,7 @@ MAPPING: tuple[Mapping, ...] = (
                            "(grpo_trainer.py:2660, 2860)"),
     Mapping("algorithm.rollout_correction", "vllm_importance_sampling_mode",
             on_grpo(lambda r: IS_MODE.get(r.algorithm.rollout_correction, OMIT)), "truncation (the ratio capped), per "
-            "token or per sequence", native_default="sequence_mask", inverse=consumed_by_rollout_correction),
+            "token or per sequence", native_default="sequence_mask", inverse=follows),  # rollout_correction_from
     Mapping("algorithm.rollout_correction_cap", "vllm_importance_sampling_clip_max",
             on_grpo(lambda r: r.algorithm.rollout_correction_cap), native_default=3.0),
     Mapping("algorithm.min_lr_ratio", "lr_scheduler_kwargs",
@@ -553,7 +557,7 @@ class TrlFramework:
             "trainer_config": dict(sorted(args.items())),
             "reward_funcs": [{"name": s.name, "weight": s.weight, "kwargs": dict(s.kwargs)} for s in recipe.rewards]
             + ([{"name": "soft_overlong_punishment_reward", "weight": recipe.algorithm.overlong_penalty,
-                 "trl": "trl.rewards.get_soft_overlong_punishment", "kwargs": overlong}] if overlong else []),
+                 "trl": SOFT_OVERLONG, "kwargs": overlong}] if overlong else []),
             "model": {"path": recipe.model.path, "revision": recipe.model.revision, "dtype": recipe.model.dtype},
             "peft_config": peft_config(recipe),
             "data": {"train": recipe.data.train, "eval": recipe.data.eval},

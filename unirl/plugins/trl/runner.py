@@ -28,7 +28,14 @@ from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.host.manager import Host, get_host
 from unirl.host.planning import spec_from_recipe
 from unirl.launch.resume import require_trainer_checkpoint, take_checkpoint
-from unirl.plugins.trl.framework import BUILTIN_SUPPRESS, CHECKPOINTS, launch_args, trainer_classes, updates_per_step
+from unirl.plugins.trl.framework import (
+    BUILTIN_SUPPRESS,
+    CHECKPOINTS,
+    SOFT_OVERLONG,
+    launch_args,
+    trainer_classes,
+    updates_per_step,
+)
 from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
 from unirl.record.layout import (
     EVAL,
@@ -487,8 +494,7 @@ def _resume_or_error(recipe: Recipe, run_dir: Path) -> dict[str, Any] | None:
 
 
 def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: RewardExecutor, recorder: RunRecorder,
-           host: Host,
-           t_start: float, summary: dict[str, Any], resumed_from: dict[str, Any] | None = None,
+           host: Host, t_start: float, summary: dict[str, Any], resumed_from: dict[str, Any] | None = None,
            ranks: Ranks | None = None, peers: list[dict[str, Any]] | None = None) -> None:
     """Load model and data, evaluate, train, evaluate, filling ``summary`` as it goes (kept if a step fails).
 
@@ -674,7 +680,7 @@ def trl_reward_funcs(plan: LaunchPlan) -> list[Any]:
     from trl.rewards.other_rewards import get_soft_overlong_punishment
 
     return [get_soft_overlong_punishment(**spec["kwargs"]) for spec in plan.native_config["reward_funcs"]
-            if spec.get("trl") == "trl.rewards.get_soft_overlong_punishment"]
+            if spec.get("trl") == SOFT_OVERLONG]
 
 
 def _leave_group() -> None:
