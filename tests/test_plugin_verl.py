@@ -18,6 +18,7 @@ from unirl.host.manager import get_host
 from unirl.host.planning import prepare_run
 from unirl.plugins.verl.framework import MAPPING, VerlFramework
 from unirl.plugins.verl.schema import known_keys, unknown_keys
+from unirl.recipe.schema import LoraConfig, ModelConfig
 
 VERL = VerlFramework()
 
@@ -155,6 +156,29 @@ def test_verl_rejects_what_it_would_reject_at_launch(verl_python: Path) -> None:
     assert any("validate_config" in p for p in big["problems"]), big
     with pytest.raises(Exception, match="rejected the generated configuration"):
         VERL.validate(too_big)
+
+
+def lora(rank: int) -> ModelConfig:
+    return ModelConfig(lora=LoraConfig(rank=rank))
+
+
+def test_a_lora_rank_vllm_cannot_serve_is_refused_before_verl_starts() -> None:
+    VERL.plan(gpu_recipe("verl", model=lora(512)))
+    with pytest.raises(RecipeInvalid, match=r"model.lora.rank=1024.*at most 512 with vLLM rollouts"):
+        VERL.plan(gpu_recipe("verl", model=lora(1024)))
+
+
+@pytest.mark.verl
+@pytest.mark.slow
+def test_verl_checks_a_lora_rank_without_vllm_installed(verl_python: Path) -> None:
+    # validate_config's rank check imports vLLM (verl/utils/config.py:205-215); without vLLM the same rule runs
+    # in the check and the rest of validate_config still runs, so neither a missing vLLM nor a bad rank passes.
+    fine = VERL.plan(gpu_recipe("verl", model=lora(16)))
+    forced = VERL.plan(gpu_recipe("verl", model=lora(16), options={"overrides": {
+        "actor_rollout_ref": {"model": {"lora_rank": 1024}}}}))
+    ok, bad = VERL.check_in_backend([fine, forced])
+    assert ok["problems"] == [] and any(c.split(".")[-1] == "validate_config" for c in ok["checked"]), ok
+    assert any("rank at most 512" in p for p in bad["problems"]), bad
 
 
 @pytest.mark.verl

@@ -33,6 +33,7 @@ from unirl.backend.native import (
     reward_paths,
 )
 from unirl.backend.plan import LaunchPlan, in_run_dir
+from unirl.plugins.verl.native_check import VLLM_LORA_RANKS
 from unirl.recipe.schema import Recipe
 from unirl.record.metrics_bridge import ATTEMPT, NATIVE_DIR, TB_DIR, verl_metrics_file
 
@@ -81,6 +82,9 @@ NO_DUAL_CLIP = 1e9
 
 def estimator(r: Recipe) -> str:
     return ESTIMATOR[pair(r)]
+
+
+VLLM_MAX_LORA_RANK = VLLM_LORA_RANKS[-1]
 
 
 def lora_alpha_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -404,7 +408,11 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("model.lora.rank", "actor_rollout_ref.model.lora_rank", lambda r: r.model.lora.rank,
             "verl's FSDP engine wraps the actor with PEFT when > 0 (verl/workers/engine/fsdp/transformer_impl.py:"
             "358-368); the reference policy is the actor with the adapter disabled; the critic (PPO) trains in full",
-            native_default=0),
+            native_default=0,
+            supported=lambda r: r.rollout.engine != "vllm" or r.model.lora.rank <= VLLM_MAX_LORA_RANK,
+            supported_text=f"at most {VLLM_MAX_LORA_RANK} with vLLM rollouts: verl rounds the rank up to one vLLM "
+                           "serves (vllm/config/lora.py MaxLoRARanks; "
+                           "verl/workers/rollout/vllm_rollout/utils.py:83-102)"),
     Mapping("model.lora.alpha", "actor_rollout_ref.model.lora_alpha",
             lambda r: r.model.lora.alpha if r.model.lora.on else OMIT, native_default=16, inverse=lora_alpha_from),
     Mapping("model.lora.target_modules", "actor_rollout_ref.model.target_modules",

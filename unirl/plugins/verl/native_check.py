@@ -29,6 +29,35 @@ def compose(overrides: list[str]) -> Any:
         return hydra_compose(config_name="ppo_trainer", overrides=overrides)
 
 
+# vLLM's own list of adapter ranks it can serve (vllm/config/lora.py MaxLoRARanks); verl falls back to the same list
+# when vLLM's module cannot be imported (verl/workers/rollout/vllm_rollout/utils.py:90-94).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def without_vllm_only_checks(cfg: Any) -> tuple[Any, list[str], list[str]]:
+    """validate_config's LoRA-rank check imports vLLM's rollout module (verl/utils/config.py:205-215), which needs a
+    vLLM install (a GPU wheel). Without one, the same rank rule is applied here and verl's other checks run on a copy
+    with the rank zeroed, so a missing vLLM neither hides the rest nor passes a rank vLLM would refuse.
+    Returns the config to validate, problems and what was checked."""
+    import importlib.util
+
+    from omegaconf import open_dict
+
+    model = cfg.actor_rollout_ref.model
+    rank = model.get("lora", {}).get("rank", 0) or model.get("lora_rank", 0)
+    if rank <= 0 or cfg.actor_rollout_ref.rollout.name != "vllm" or importlib.util.find_spec("vllm") is not None:
+        return cfg, [], []
+    copy = cfg.copy()
+    with open_dict(copy):
+        copy.actor_rollout_ref.model.lora_rank = 0
+        if "lora" in copy.actor_rollout_ref.model:
+            copy.actor_rollout_ref.model.lora.rank = 0
+    if rank > VLLM_LORA_RANKS[-1]:
+        return copy, [f"model.lora.rank={rank}: vLLM serves adapters of rank at most {VLLM_LORA_RANKS[-1]}"], []
+    return copy, [], [f"LoRA rank {rank} is within vLLM's ranks {list(VLLM_LORA_RANKS)} (checked here: vLLM is not "
+                      "installed, so validate_config's own vLLM import cannot run)"]
+
+
 def check(plan: dict[str, Any], run_dir: str, load_data: bool) -> tuple[list[str], list[str]]:
     import importlib.metadata as md
 
@@ -44,8 +73,11 @@ def check(plan: dict[str, Any], run_dir: str, load_data: bool) -> tuple[list[str
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
+    checked_cfg, rank_problems, rank_checked = without_vllm_only_checks(cfg)
+    problems.extend(rank_problems)
+    checked.extend(rank_checked)
     try:
-        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+        validate_config(checked_cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
         checked.append("verl.utils.config.validate_config")
     except Exception as exc:
         problems.append(f"validate_config: {type(exc).__name__}: {exc}")
