@@ -1,5 +1,5 @@
-"""Helpers for the benchmark scripts: timing a command, a sweep read back by compare, machine description, result
-files."""
+"""Helpers for the benchmark scripts: timing a command, a process tree's peak memory, a sweep read back by compare,
+machine description, result files."""
 
 from __future__ import annotations
 
@@ -147,3 +147,49 @@ def sweep_and_compare(command: list[str]) -> Iterator[Sweep]:
         table = subprocess.run(["unirl", "compare", str(multirun)], capture_output=True, text=True)
         print(table.stdout, table.stderr)
         yield Sweep(process, wall, multirun, compared, table.stdout)
+
+
+def peak_rss(cmd: list[str], cwd: str, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(peak resident MiB of the whole process tree, wall seconds) of ``cmd``, sampled every 0.1 s with psutil;
+    runs go under ``cwd``/runs."""
+    import psutil
+
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as stderr:  # a file, not a pipe: a chatty run would fill a pipe and block
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr,
+                                env={**os.environ, "UNIRL_RUNS_DIR": f"{cwd}/runs", **(env or {})})
+        root = psutil.Process(proc.pid)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.1)
+        if proc.returncode != 0:
+            stderr.seek(0)
+            raise RuntimeError(f"{cmd} exited {proc.returncode}:\n{stderr.read()[-3000:]}")
+    return peak / 2**20, time.perf_counter() - start
+
+
+TARGET_ACCURACY = 0.8
+"""The held-out accuracy the sweeps count steps to."""
+
+
+def sweep_member(summary_path: Path) -> dict[str, Any]:
+    """One run of a sweep: the overrides Hydra chose for it, held-out accuracy before and after, the first evaluated
+    step at :data:`TARGET_ACCURACY`, steps, wall time and the evaluation curve."""
+    import yaml
+
+    run_dir = summary_path.parent
+    overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    s = json.loads(summary_path.read_text())
+    evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    curve = [(e["step"], round(e["accuracy"], 4)) for e in evals if e["kind"] == "summary"]
+    return {"overrides": dict(o.split("=", 1) for o in overrides if "=" in o), "state": s.get("state"),
+            "accuracy_before": s.get("accuracy_before"), "accuracy_after": s.get("accuracy_after"),
+            f"first_step_at_{TARGET_ACCURACY}": next((step for step, acc in curve if acc >= TARGET_ACCURACY), None),
+            "steps": s.get("steps"), "wall_s": round(s.get("wall_time_s", 0.0), 1),
+            "trainable_parameters": s.get("trainable_parameters"), "parameters": s.get("parameters"),
+            "curve": curve}

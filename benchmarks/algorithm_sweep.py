@@ -17,24 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-from _common import RESULTS, machine, save, sweep_and_compare
+from _common import RESULTS, machine, save, sweep_and_compare, sweep_member
 
 ALGORITHMS = ("grpo", "dr_grpo", "dapo", "gspo", "rloo")
-TARGET = 0.8
 
 
 def member(summary_path: Path) -> dict[str, Any]:
-    run_dir = summary_path.parent
-    overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    chosen = dict(o.split("=", 1) for o in overrides if "=" in o)
-    s = json.loads(summary_path.read_text())
-    evals = [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
-    curve = [(e["step"], round(e["accuracy"], 4)) for e in evals if e["kind"] == "summary"]
-    return {"algorithm": chosen["algorithm"], "seed": int(chosen["seed"]), "state": s.get("state"),
-            "accuracy_before": s.get("accuracy_before"), "accuracy_after": s.get("accuracy_after"),
-            "first_step_at_0.8": next((step for step, acc in curve if acc >= TARGET), None),
-            "steps": s.get("steps"), "wall_s": round(s.get("wall_time_s", 0.0), 1), "curve": curve}
+    found = sweep_member(summary_path)
+    chosen = found.pop("overrides")
+    return {"algorithm": chosen["algorithm"], "seed": int(chosen["seed"]), **found}
 
 
 def main() -> None:

@@ -5,31 +5,10 @@ The tree is sampled every 0.1 s with psutil (children included). Usage: python b
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
-import time
 
-import psutil
-from _common import save
-
-
-def peak_rss(cmd: list[str], cwd: str) -> tuple[float, float]:
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**__import__("os").environ, "UNIRL_RUNS_DIR": f"{cwd}/runs"})
-    root = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.1)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{cmd} exited {proc.returncode}")
-    return peak / 2**20, time.perf_counter() - start
+from _common import peak_rss, save
 
 
 def main() -> None:

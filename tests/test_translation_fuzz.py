@@ -93,10 +93,12 @@ def recipes(draw: st.DrawFn, framework: str, preset: str | None = None) -> Recip
         data={"chat_template": draw(mostly(True, False)), "max_prompt_tokens": draw(mostly(None, 512))},
         options=OPTIONS.get(framework),
     )
-    lora = draw(st.sampled_from([None, None, None, None, None, (8, ["all-linear"]), (16, ["q_proj", "v_proj"])]))
+    lora = draw(st.sampled_from([None, None, None, None, None, (8, ["all-linear"], []),
+                                 (16, ["q_proj", "v_proj"], []), (32, ["all-linear"], ["embed_tokens", "norm"])]))
     if lora:
-        recipe = replace(recipe, model=replace(recipe.model, lora=LoraConfig(rank=lora[0], alpha=2 * lora[0],
-                                                                             target_modules=lora[1])))
+        rank, targets, saved = lora
+        recipe = replace(recipe, model=replace(recipe.model, lora=LoraConfig(
+            rank=rank, alpha=2 * rank, target_modules=targets, modules_to_save=saved)))
     return replace(recipe, eval=replace(recipe.eval, greedy=draw(mostly(False, True))))
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from unirl.backend.contract import Framework
     from unirl.backend.rollout import RolloutEngine
+    from unirl.environments.contract import EnvironmentSpec
     from unirl.host.registry import Registry
     from unirl.launch.scheduler import Scheduler
     from unirl.record.layout import RunInfo
@@ -40,7 +41,7 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
-# --- the four kinds of component -------------------------------------------------------------
+# --- the kinds of component -------------------------------------------------------------
 
 
 @hookspec
@@ -56,6 +57,13 @@ def unirl_add_rollout_engines(registry: Registry[RolloutEngine]) -> None:
 @hookspec
 def unirl_add_rewards(registry: Registry[RewardFunction]) -> None:
     """Add reward functions (objects made by ``@unirl.reward``, or lazy "module:attr" paths)."""
+
+
+@hookspec
+def unirl_add_environments(registry: Registry[EnvironmentSpec]) -> None:
+    """Add multi-turn environments: ``registry.add(unirl.environments.contract.spec_of(MyEnv))`` for a class decorated
+    with ``@unirl.environment`` (decorated classes in a plugin's modules are added without it); a recipe's
+    ``environment.name`` is one."""
 
 
 @hookspec

@@ -21,7 +21,7 @@ complete -F _unirl_complete unirl
 VERB_FLAGS = {
     "plan": ["--json", "--validate", "--help"], "diff": ["--json", "--help"], "compare": ["--json", "--help"],
     "resume": ["--force", "--help"], "stop": ["--help"], "plugins": ["--json"], "frameworks": ["--json"],
-    "rewards": ["--json"], "reward": ["test"],
+    "rewards": ["--json"], "reward": ["test"], "environments": ["--json"], "env": ["test"],
     "show": ["--step", "--worst", "--best", "--errors", "--prompt", "--limit", "--json", "--help"],
     "report": ["-o", "--help"],
     "advise": ["--gpus", "--nodes", "--model-size", "--gpu-memory", "--async", "--engine", "--json", "--help"],
@@ -58,7 +58,8 @@ def candidates(position: int, current: str, verb: str, verbs: list[str]) -> list
         words += [*verbs, "--help", "--version", "-m", "-v", "--verbose", "-q", "--quiet"]
     elif verb in VERB_FLAGS:
         words += VERB_FLAGS[verb]
-    if verb not in ("stop", "compare", "show", "report", "plugins", "frameworks", "rewards", "reward", "advise") \
+    if verb not in ("stop", "compare", "show", "report", "plugins", "frameworks", "rewards", "reward", "advise",
+                    "environments", "env") \
             or position == 1:
         words += group_options() + recipe_fields()
     return sorted(w for w in set(words) if w.startswith(current))

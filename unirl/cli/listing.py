@@ -1,4 +1,5 @@
-"""``unirl plugins | frameworks | rewards [--json]``: what is installed (the tables are :mod:`unirl.cli.report`'s)."""
+"""``unirl plugins | frameworks | rewards | environments [--json]``: what is installed (the tables are
+:mod:`unirl.cli.report`'s)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from unirl.cli.args import EXIT_OK, verb_parser
 
 DESCRIPTIONS = {"plugins": "Loaded plugins: package, version, hooks.",
                 "frameworks": "Backends, their capabilities, and the installed versions.",
-                "rewards": "Registered reward functions and where they come from."}
+                "rewards": "Registered reward functions and where they come from.",
+                "environments": "Registered multi-turn environments: source, tools, metrics."}
 
 
 def cmd_plugins(args: list[str]) -> int:
@@ -21,6 +23,10 @@ def cmd_rewards(args: list[str]) -> int:
     return _list("rewards", args)
 
 
+def cmd_environments(args: list[str]) -> int:
+    return _list("environments", args)
+
+
 def _list(verb: str, args: list[str]) -> int:
     from unirl.cli import report
     from unirl.host.manager import get_host
@@ -29,6 +35,7 @@ def _list(verb: str, args: list[str]) -> int:
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_intermixed_args(args)
     host = get_host()
-    {"plugins": report.print_plugins, "frameworks": report.print_frameworks, "rewards": report.print_rewards}[verb](
-        host, as_json=ns.json)
+    printers = {"plugins": report.print_plugins, "frameworks": report.print_frameworks,
+                "rewards": report.print_rewards, "environments": report.print_environments}
+    printers[verb](host, as_json=ns.json)
     return EXIT_OK

@@ -37,6 +37,8 @@ VERBS: dict[str, str] = {
     "rewards": "unirl.cli.listing:cmd_rewards",
     "algorithms": "unirl.cli.algorithms:cmd_algorithms",
     "reward": "unirl.cli.reward_test:cmd_reward",
+    "environments": "unirl.cli.listing:cmd_environments",
+    "env": "unirl.cli.env_test:cmd_env",
     "import": "unirl.cli.import_config:cmd_import",
     "help": "",  # print_help
 }
@@ -82,6 +84,9 @@ verbs:
   rewards [--json]                               registered reward functions and their sources
   reward test NAME... --samples F.jsonl [--file R.py] [--json]
                                                  score samples with rewards, before any training
+  environments [--json]                          registered multi-turn environments: source, tools, metrics
+  env test NAME --tasks T.jsonl --actions A.jsonl [--file E.py] [--json]
+                                                 replay scripted assistant turns through an environment
 
 overrides (Hydra grammar): key=value sets a recipe field (algorithm.lr=3e-4, rewards.0.weight=0.5);
 group=option picks a config option (recipe=, framework=, scheduler=). Fields and their units:

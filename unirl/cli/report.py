@@ -186,3 +186,24 @@ def print_rewards(host: Any, as_json: bool) -> None:
         table.add_row(r["name"], f"{r['plugin']} ({r['distribution']} {r['version']})", r["module"], r["kind"],
                       ", ".join(r["components"]), r["description"])
     console().print(table)
+
+
+def print_environments(host: Any, as_json: bool) -> None:
+    rows = []
+    for entry in host.environments:
+        spec = host.environments.get(entry.name)
+        dist, version = host.distributions.get(entry.source, ("local", "-"))
+        rows.append({"name": entry.name, "plugin": entry.source, "distribution": dist, "version": version,
+                     "class": spec.ref, "max_turns": spec.cls.max_turns, "tools": sorted(spec.tools),
+                     "metrics": list(spec.metrics), "description": spec.description})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table("environment", "source (plugin, package version)", "class", "max turns", "tools", "metrics",
+                  "description")
+    for r in rows:
+        table.add_row(r["name"], f"{r['plugin']} ({r['distribution']} {r['version']})", r["class"],
+                      str(r["max_turns"]), ", ".join(r["tools"]), ", ".join(r["metrics"]), r["description"])
+    console().print(table)

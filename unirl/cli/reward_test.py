@@ -81,22 +81,19 @@ def parser() -> argparse.ArgumentParser:
 
 def cmd_reward(args: list[str]) -> int:
     """``unirl reward SUBCOMMAND``: ``test`` is the only one."""
-    from unirl.cli.args import verb_parser
+    from unirl.cli.args import test_subcommand
     from unirl.host.manager import get_host
 
-    if not args or args[0] != "test":
-        reward = verb_parser("reward", "Work with reward functions before training.")
-        reward.add_argument("subcommand", choices=["test"], help="test: score samples with rewards")
-        reward.parse_args(args[:1])  # exits 2 naming the choices (or prints --help)
-    return main(args[1:], get_host())
+    rest = test_subcommand("reward", args, "Work with reward functions before training.",
+                           "score samples with rewards")
+    return main(rest, get_host())
 
 
 def main(argv: list[str], host: Any) -> int:
+    from unirl.cli.args import json_object_flag
+
     ns = parser().parse_args(argv)
-    try:
-        kwargs = json.loads(ns.kwargs)
-    except json.JSONDecodeError as exc:
-        raise FieldError("--kwargs", ns.kwargs, f"must be a JSON object ({exc.msg})") from None
+    kwargs = json_object_flag("--kwargs", ns.kwargs, "must be a JSON object")
     if not isinstance(kwargs, dict) or set(kwargs) - set(ns.names) or not all(isinstance(v, dict)
                                                                                for v in kwargs.values()):
         raise FieldError("--kwargs", ns.kwargs, f"must map reward names among {ns.names} to objects")

@@ -17,6 +17,7 @@ import pluggy
 from unirl.backend.contract import Framework
 from unirl.backend.environment import StagedPlugin, StagedPlugins
 from unirl.backend.rollout import RolloutEngine
+from unirl.environments.contract import EnvironmentSpec, decorated_environments
 from unirl.errors import UnirlError
 from unirl.host import calls, loading
 from unirl.host.builtin import BUILTIN_PLUGINS
@@ -49,6 +50,7 @@ class Host:
     rollout_engines: Registry[RolloutEngine]
     rewards: Registry[RewardFunction]
     schedulers: Registry[Scheduler]
+    environments: Registry[EnvironmentSpec]
     distributions: dict[str, tuple[str, str]]  # plugin name -> (distribution, version)
     lifecycle: calls.LifecycleCalls = field(init=False)
 
@@ -60,7 +62,8 @@ class Host:
     def registries(self) -> dict[str, Registry[Any]]:
         """Registrar hook -> the registry it fills."""
         return {"unirl_add_frameworks": self.frameworks, "unirl_add_rollout_engines": self.rollout_engines,
-                "unirl_add_rewards": self.rewards, "unirl_add_schedulers": self.schedulers}
+                "unirl_add_rewards": self.rewards, "unirl_add_schedulers": self.schedulers,
+                "unirl_add_environments": self.environments}
 
     def plugins(self) -> list[PluginInfo]:
         """What is loaded, from which package, at which version, implementing which hooks."""
@@ -144,6 +147,8 @@ def build_host(extra_plugins: list[Any] | None = None) -> Host:
         rollout_engines=Registry("rollout engine", RolloutEngine, hint="make it a unirl.backend.rollout.RolloutEngine"),
         rewards=Registry("reward", RewardFunction, hint="make it with the @unirl.reward decorator"),
         schedulers=Registry("scheduler", Scheduler, hint="subclass unirl.launch.scheduler.SchedulerBase"),
+        environments=Registry("environment", EnvironmentSpec,
+                              hint="decorate a unirl.Environment subclass with @unirl.environment"),
         distributions=distributions,
     )
     for hook, registry in host.registries().items():
@@ -153,21 +158,25 @@ def build_host(extra_plugins: list[Any] | None = None) -> Host:
 
 
 def add_plugin_rewards(host: Host) -> None:
-    """Add the ``@unirl.reward`` functions no hook registered that a loaded plugin defines (in its module, or in its
-    package's modules) or a script defines in ``__main__``, each attributed to its plugin.
+    """Add the ``@unirl.reward`` functions and ``@unirl.environment`` classes no hook registered that a loaded plugin
+    defines (in its module, or in its package's modules) or a script defines in ``__main__``, each attributed to its
+    plugin.
 
-    Decorated rewards are remembered per process; asking which plugin a reward's module belongs to keeps a blocked
-    plugin's rewards out even when an earlier host in the same process imported its module."""
+    Decorated components are remembered per process; asking which plugin a component's module belongs to keeps a
+    blocked plugin's components out even when an earlier host in the same process imported its module."""
     modules = sorted(((plugin.__name__, name) for name, plugin in host.pm.list_name_plugin()
                       if isinstance(plugin, ModuleType)), key=lambda pair: -len(pair[0]))
-    for reward in decorated_rewards():
-        if reward.name in host.rewards:
-            continue
-        owner = next((name for module, name in modules if _owns(module, reward.module)), None)
-        if owner is None and reward.module == "__main__":
-            owner = "__main__"
-        if owner is not None:
-            host.rewards.for_plugin(owner).add(reward)
+    decorated: list[tuple[Registry[Any], list[Any]]] = [(host.rewards, decorated_rewards()),
+                                                         (host.environments, decorated_environments())]
+    for registry, components in decorated:
+        for component in components:
+            if component.name in registry:
+                continue
+            owner = next((name for module, name in modules if _owns(module, component.module)), None)
+            if owner is None and component.module == "__main__":
+                owner = "__main__"
+            if owner is not None:
+                registry.for_plugin(owner).add(component)
 
 
 def add_decorated(registry: Registry[RewardFunction]) -> None:

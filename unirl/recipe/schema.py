@@ -49,6 +49,11 @@ class LoraConfig:
     target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR], metadata=documented(
         """The layers that get adapters, by module name as PEFT matches them (``[q_proj, v_proj]``: every module whose
         name ends so), or ``[all-linear]``: every linear layer but the output layer."""))
+    modules_to_save: list[str] = field(default_factory=list, metadata=documented(
+        """Modules trained in full beside the adapters and saved with them (PEFT's ``modules_to_save``; each name
+        matches the modules whose path ends with it): ``[embed_tokens]`` trains the input embedding, and with tied
+        embeddings (the builtin models, Qwen2.5's small sizes) the output layer that shares it; ``norm`` matches
+        every RMSNorm of a Qwen2 model. Empty: only the adapters train."""))
 
     @property
     def on(self) -> bool:
@@ -522,13 +527,23 @@ def algorithm_problems(recipe: Recipe) -> list[FieldError]:
 
 
 def lora_problems(recipe: Recipe) -> list[FieldError]:
-    """``model.lora.target_modules``: the shorthand alone, or module names (checked only when LoRA is on)."""
+    """``model.lora.target_modules``: the shorthand alone, or module names (checked only when LoRA is on);
+    ``model.lora.modules_to_save``: module names, only with LoRA on, none of them also adapted."""
     lora = recipe.model.lora
     names = list(lora.target_modules)
     if lora.rank and (not names or (ALL_LINEAR in names and len(names) > 1)
                       or any(not isinstance(m, str) or not m.strip() or m != m.strip() for m in names)):
         return [FieldError("model.lora.target_modules", names,
                            f"[{ALL_LINEAR}] alone, or a non-empty list of module names (e.g. [q_proj, v_proj])")]
+    saved = list(lora.modules_to_save)
+    if saved and not lora.rank:
+        return [FieldError("model.lora.modules_to_save", saved,
+                           "only with LoRA on (model.lora.rank > 0): without adapters every module trains already")]
+    if any(not isinstance(m, str) or not m.strip() or m != m.strip() or m == ALL_LINEAR for m in saved):
+        return [FieldError("model.lora.modules_to_save", saved, "module names (e.g. [embed_tokens])")]
+    if overlap := sorted(set(saved) & set(names)):
+        return [FieldError("model.lora.modules_to_save", saved,
+                           f"modules that do not also get adapters (model.lora.target_modules names {overlap})")]
     return []
 
 

@@ -416,6 +416,10 @@ MAPPING: tuple[Mapping, ...] = (
             lambda r: ["lm_head"] if r.model.lora.on and r.model.lora.peft_target_modules() == ALL_LINEAR else OMIT,
             "all-linear: every linear layer but lm_head (Automodel's fallback when only exclude_modules is set)",
             native_default=[]),
+    Mapping("model.lora.modules_to_save", "(no modules_to_save)", lambda r: OMIT,
+            supported=lambda r: not r.model.lora.modules_to_save,
+            supported_text="[]: NeMo RL's lora_cfg has no modules to train in full beside the adapters "
+                           "(nemo_rl/models/policy/__init__.py LoRAConfig @ v0.7.0)"),
     Mapping("resources.gradient_checkpointing", f"{P}.dtensor_cfg.activation_checkpointing",
             lambda r: r.resources.gradient_checkpointing, native_default=False),
     # resources

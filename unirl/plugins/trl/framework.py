@@ -438,6 +438,10 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: "lm_head" not in r.model.lora.target_modules,
             supported_text="module names without lm_head: TRL computes log-probabilities from lm_head.weight "
                            "directly and refuses an adapter on it after loading the model"),
+    Mapping("model.lora.modules_to_save", "(peft_config: LoraConfig.modules_to_save)",
+            lambda r: list(r.model.lora.modules_to_save) or OMIT,
+            "trained in full beside the adapters, with ensure_weight_tying=True: a tied output layer shares the "
+            "trained embedding"),
     Mapping("model.dtype", "bf16/fp16", _precision, "auto: bf16 on CUDA (decided at launch), fp32 on CPU",
             inverse=precision_from),
     Mapping("resources.device", "use_cpu", lambda r: r.resources.device == "cpu",
@@ -632,8 +636,13 @@ def peft_config(r: Recipe) -> dict[str, Any] | None:
     lora = r.model.lora
     if not lora.on:
         return None
-    return {"task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
+    spec = {"task_type": "CAUSAL_LM", "r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": lora.dropout,
             "target_modules": lora.peft_target_modules(), "bias": "none"}
+    if lora.modules_to_save:
+        # ensure_weight_tying: with tied embeddings the output layer uses the trained copy of embed_tokens, not the
+        # frozen original (PEFT warns and leaves them untied otherwise)
+        spec.update(modules_to_save=list(lora.modules_to_save), ensure_weight_tying=True)
+    return spec
 
 
 def trainer_classes(plan: LaunchPlan) -> tuple[Any, Any]:

@@ -418,6 +418,10 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("model.lora.target_modules", "actor_rollout_ref.model.target_modules",
             lambda r: r.model.lora.peft_target_modules() if r.model.lora.on else OMIT, native_default="all-linear",
             inverse=target_modules_from),
+    Mapping("model.lora.modules_to_save", "(no modules_to_save)", lambda r: OMIT,
+            supported=lambda r: not r.model.lora.modules_to_save,
+            supported_text="[]: verl's FSDP engine builds PEFT's LoraConfig without modules_to_save "
+                           "(verl/workers/engine/fsdp/transformer_impl.py:358-367)"),
     Mapping("model.lora.dropout", "(no LoRA dropout)", lambda r: 0.0, allowed=(0.0,),
             supported_text="0: verl's FSDP engine builds PEFT's LoraConfig without lora_dropout "
                            "(verl/workers/engine/fsdp/transformer_impl.py:358-367)"),

@@ -1,0 +1,271 @@
+"""The environment contract through ``unirl env test``: a user's environment file, scripted turns replayed through the
+same episode loop a rollout engine drives, and everything an environment or a model can do wrong counted as what it
+is (an observation the model sees, or an episode error by kind), never a silent zero."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cli import run_cli
+
+ENV_FILE = textwrap.dedent('''
+    import asyncio
+    import math
+    import os
+    import time
+    from pathlib import Path
+
+    import unirl
+    from unirl import Environment, Step, environment, tool
+
+    CLOSED = Path(os.environ["ENV_TEST_CLOSED"])
+
+
+    @environment("lookup", metrics=("called",))
+    class Lookup(Environment):
+        """Answer with the value stored under the prompt's key."""
+
+        max_turns = 3
+        made = 0
+
+        def reset(self, task):
+            type(self).made += 1
+            self.instance = type(self).made
+            self.value = str(task.seed % 10)  # hidden state drawn per episode
+            self.key = task.prompt
+            self.history = []  # would leak between episodes if an instance were reused
+            return f"what is stored under {task.prompt}?"
+
+        def step(self, action):
+            self.history.append(action)
+            if "<tool_call>" in action:  # the default step runs the call; this one adds a small call reward
+                answer = super().step(action)
+                return Step(observation=answer.observation, reward=0.0 if answer.done else 0.1, done=answer.done,
+                            metrics={"called": 1.0})
+            return Step(reward=1.0 if action.strip() == self.value else 0.0, done=True, metrics={"called": 0.0})
+
+        def final(self):
+            return 0.5 if len(self.history) == 1 else 0.0  # a bonus for answering without a lookup
+
+        def close(self):
+            with CLOSED.open("a") as f:
+                f.write(f"{self.instance} {len(self.history)}\\n")
+
+        @tool
+        def get(self, key: str) -> str:
+            """Return the value stored under key."""
+            return self.value if key == self.key else "no such key"
+
+
+    @environment("raises")
+    class Raises(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            raise RuntimeError("the grader crashed")
+
+        def close(self):
+            CLOSED.open("a").write("raises closed\\n")
+
+
+    @environment("hangs")
+    class Hangs(Environment):
+        def reset(self, task):
+            return "go"
+
+        async def step(self, action):
+            await asyncio.sleep(3600)
+
+
+    @environment("nan_reward")
+    class NanReward(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(reward=math.nan)
+
+
+    @environment("undeclared_metric")
+    class Undeclared(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(metrics={"secret": 1.0})
+
+
+    @environment("wrong_type")
+    class WrongType(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return 1.0
+
+
+    @environment("close_fails")
+    class CloseFails(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(done=True)
+
+        def close(self):
+            raise OSError("the container would not stop")
+''')
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def env_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("ENV_TEST_CLOSED", str(tmp_path / "closed.txt"))
+    path = tmp_path / "envs.py"
+    path.write_text(ENV_FILE)
+    return path
+
+
+def replay(tmp_path: Path, env_file: Path, name: str, tasks: list[dict[str, Any]], turns: list[list[str]],
+           *extra: str) -> tuple[int, list[dict[str, Any]], str]:
+    write_jsonl(tmp_path / "tasks.jsonl", tasks)
+    write_jsonl(tmp_path / "actions.jsonl", [{"turns": t} for t in turns])
+    out = run_cli("env", "test", name, "--file", str(env_file), "--tasks", str(tmp_path / "tasks.jsonl"),
+                  "--actions", str(tmp_path / "actions.jsonl"), "--json", *extra, cwd=tmp_path)
+    return out.returncode, [json.loads(line) for line in out.stdout.splitlines() if line.strip()], out.stderr
+
+
+CALL = '<tool_call>{"name": "get", "arguments": {"key": "k"}}</tool_call>'
+
+
+def test_a_tool_episode_sums_turn_rewards_and_final_and_always_closes(tmp_path: Path, env_file: Path) -> None:
+    code, episodes, err = replay(tmp_path, env_file, "lookup", [{"prompt": "k", "seed": 7}, {"prompt": "k", "seed": 3}],
+                                 [[CALL, "7"], ["5"]])
+    assert code == 0, err
+    first, second = episodes
+    assert first["turns"][0]["observation"] == [{"role": "tool", "content": "7", "name": "get"}]  # the tool ran
+    assert [t["reward"] for t in first["turns"]] == [0.1, 1.0] and first["final_reward"] == 0.0
+    assert first["return"] == pytest.approx(1.1) and first["termination"] == "done"
+    assert first["metrics"] == {"turns": 2.0, "truncated": 0.0, "called": 1.0}
+    # a fresh instance per episode, each closed once, no history carried over
+    assert second["return"] == pytest.approx(0.5) and second["turns"][0]["reward"] == 0.0  # 5 != 3
+    assert (tmp_path / "closed.txt").read_text().splitlines() == ["1 2", "2 1"]
+
+
+def test_running_out_of_turns_ends_the_episode_at_max_turns(tmp_path: Path, env_file: Path) -> None:
+    code, [episode], _ = replay(tmp_path, env_file, "lookup", [{"prompt": "k"}], [[CALL, CALL, CALL, CALL, "0"]])
+    assert code == 0
+    assert episode["termination"] == "max_turns" and len(episode["turns"]) == 3  # the class's max_turns
+
+
+@pytest.mark.parametrize(("action", "says"), [
+    ('<tool_call>{"name": "get", "arguments": {"key": 3}}</tool_call>', "key=3 is not str"),
+    ('<tool_call>{"name": "get"', None),  # no closing tag: not a call at all, so an answer
+    ('<tool_call>{"name": "get", "arguments": }</tool_call>', "not JSON"),
+    ('<tool_call>{"name": "delete", "arguments": {}}</tool_call>', "no tool named 'delete'"),
+    ('<tool_call>{"name": "get", "arguments": {"key": "k", "x": 1}}</tool_call>', "unknown arguments ['x']"),
+    ('<tool_call>["get"]</tool_call>', '{"name": ..., "arguments": {...}}'),
+])
+def test_a_malformed_tool_call_is_an_observation_the_model_sees_not_a_failure(
+        action: str, says: str | None, tmp_path: Path, env_file: Path) -> None:
+    code, [episode], _ = replay(tmp_path, env_file, "lookup", [{"prompt": "k"}], [[action, "0"]])
+    assert code == 0 and episode["error_kind"] is None
+    if says is None:
+        assert episode["termination"] == "done" and len(episode["turns"]) == 1
+    else:
+        observation = episode["turns"][0]["observation"]
+        assert observation[0]["role"] == "tool" and says in observation[0]["content"], observation
+
+
+@pytest.mark.parametrize(("name", "kind", "says"), [
+    ("raises", "exception", "RuntimeError: the grader crashed"),
+    ("nan_reward", "invalid", "reward nan is not a finite number"),
+    ("undeclared_metric", "invalid", "metrics ['secret'] were not declared"),
+    ("wrong_type", "invalid", "step() returned float; expected unirl.Step"),
+])
+def test_an_environment_failure_ends_its_episode_counted_by_kind_with_its_traceback(
+        name: str, kind: str, says: str, tmp_path: Path, env_file: Path) -> None:
+    code, [episode], _ = replay(tmp_path, env_file, name, [{"prompt": "p"}], [["a"]])
+    assert code == 1  # a failed episode fails the command, like a failed reward call
+    assert episode["termination"] == "error" and episode["error_kind"] == kind and says in episode["error"]
+    assert "Traceback" in episode["traceback"]
+    assert episode["return"] == 0.0 and episode["final_reward"] == 0.0  # final() is not scored after a failure
+    if name == "raises":
+        assert "raises closed" in (tmp_path / "closed.txt").read_text()  # close() ran anyway
+
+
+def test_a_hanging_environment_call_ends_at_its_deadline(tmp_path: Path, env_file: Path) -> None:
+    start = time.monotonic()
+    code, [episode], _ = replay(tmp_path, env_file, "hangs", [{"prompt": "p"}], [["a"]], "--timeout", "0.5")
+    assert code == 1 and episode["error_kind"] == "timeout" and "within 0.5 s" in episode["error"]
+    assert time.monotonic() - start < 60  # the command returned; the one-hour sleep did not hold it
+
+
+def test_a_failing_close_is_reported_without_hiding_the_episode(tmp_path: Path, env_file: Path) -> None:
+    code, [episode], _ = replay(tmp_path, env_file, "close_fails", [{"prompt": "p"}], [["a"]])
+    assert code == 1 and episode["termination"] == "done"
+    assert episode["close_error"] == "OSError: the container would not stop"
+
+
+@pytest.mark.parametrize(("tasks", "turns", "flag", "says"), [
+    ([{"question": "k"}], [["a"]], "--tasks", "unknown fields ['question']"),
+    ([{"prompt": 3}], [["a"]], "--tasks", "text, or a non-empty list"),
+    ([{"prompt": "k", "seed": "x"}], [["a"]], "--tasks", "an integer"),
+    ([{"prompt": "k"}], [["a"], ["b"]], "--actions", "one line per task: 1 tasks, 2 lines"),
+    ([{"prompt": "k"}], [[1]], "--actions", '{"turns": ["assistant text", ...]}'),
+])
+def test_bad_task_and_action_files_are_refused_naming_the_flag_and_line(
+        tasks: list[dict[str, Any]], turns: list[list[Any]], flag: str, says: str, tmp_path: Path,
+        env_file: Path) -> None:
+    code, _, err = replay(tmp_path, env_file, "lookup", tasks, turns)
+    assert code == 2, err
+    assert flag in err and says in err
+
+
+def test_an_unknown_environment_names_the_registered_ones(tmp_path: Path, env_file: Path) -> None:
+    code, _, err = replay(tmp_path, env_file, "lookupp", [{"prompt": "k"}], [["a"]])
+    assert code == 2 and "lookupp" in err and "lookup" in err
+
+
+def test_unirl_environments_lists_a_plugin_files_environments(tmp_path: Path, env_file: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    out = run_cli("environments", "--json", env={"UNIRL_PLUGIN_FILE": str(env_file)}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: r for r in json.loads(out.stdout)}
+    lookup = rows["lookup"]
+    assert lookup["tools"] == ["get"] and lookup["metrics"] == ["called"] and lookup["max_turns"] == 3
+    assert lookup["description"] == "Answer with the value stored under the prompt's key."
+
+
+def test_a_plugin_registers_an_environment_through_its_hook() -> None:
+    import unirl
+    from unirl.environments.contract import spec_of
+    from unirl.host.manager import build_host
+
+    @unirl.environment("hooked_echo")
+    class Echo(unirl.Environment):
+        max_turns = 1
+
+        def reset(self, task: unirl.Task) -> str:
+            return str(task.prompt)
+
+    class Plugin:
+        @unirl.hookimpl
+        def unirl_add_environments(self, registry: object) -> None:
+            registry.add(spec_of(Echo))  # type: ignore[attr-defined]
+
+    host = build_host([Plugin()])
+    assert host.environments.get("hooked_echo").cls is Echo
+    with pytest.raises(unirl.errors.UnirlError, match="not decorated"):
+        spec_of(type("Plain", (unirl.Environment,), {}))
