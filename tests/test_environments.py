@@ -27,7 +27,7 @@ ENV_FILE = textwrap.dedent('''
     CLOSED = Path(os.environ["ENV_TEST_CLOSED"])
 
 
-    @environment("lookup", metrics=("called",))
+    @environment("kv_lookup", metrics=("called",))
     class Lookup(Environment):
         """Answer with the value stored under the prompt's key."""
 
@@ -150,8 +150,8 @@ CALL = '<tool_call>{"name": "get", "arguments": {"key": "k"}}</tool_call>'
 
 
 def test_a_tool_episode_sums_turn_rewards_and_final_and_always_closes(tmp_path: Path, env_file: Path) -> None:
-    code, episodes, err = replay(tmp_path, env_file, "lookup", [{"prompt": "k", "seed": 7}, {"prompt": "k", "seed": 3}],
-                                 [[CALL, "7"], ["5"]])
+    tasks = [{"prompt": "k", "seed": 7}, {"prompt": "k", "seed": 3}]
+    code, episodes, err = replay(tmp_path, env_file, "kv_lookup", tasks, [[CALL, "7"], ["5"]])
     assert code == 0, err
     first, second = episodes
     assert first["turns"][0]["observation"] == [{"role": "tool", "content": "7", "name": "get"}]  # the tool ran
@@ -164,7 +164,7 @@ def test_a_tool_episode_sums_turn_rewards_and_final_and_always_closes(tmp_path: 
 
 
 def test_running_out_of_turns_ends_the_episode_at_max_turns(tmp_path: Path, env_file: Path) -> None:
-    code, [episode], _ = replay(tmp_path, env_file, "lookup", [{"prompt": "k"}], [[CALL, CALL, CALL, CALL, "0"]])
+    code, [episode], _ = replay(tmp_path, env_file, "kv_lookup", [{"prompt": "k"}], [[CALL, CALL, CALL, CALL, "0"]])
     assert code == 0
     assert episode["termination"] == "max_turns" and len(episode["turns"]) == 3  # the class's max_turns
 
@@ -179,7 +179,7 @@ def test_running_out_of_turns_ends_the_episode_at_max_turns(tmp_path: Path, env_
 ])
 def test_a_malformed_tool_call_is_an_observation_the_model_sees_not_a_failure(
         action: str, says: str | None, tmp_path: Path, env_file: Path) -> None:
-    code, [episode], _ = replay(tmp_path, env_file, "lookup", [{"prompt": "k"}], [[action, "0"]])
+    code, [episode], _ = replay(tmp_path, env_file, "kv_lookup", [{"prompt": "k"}], [[action, "0"]])
     assert code == 0 and episode["error_kind"] is None
     if says is None:
         assert episode["termination"] == "done" and len(episode["turns"]) == 1
@@ -228,14 +228,14 @@ def test_a_failing_close_is_reported_without_hiding_the_episode(tmp_path: Path, 
 def test_bad_task_and_action_files_are_refused_naming_the_flag_and_line(
         tasks: list[dict[str, Any]], turns: list[list[Any]], flag: str, says: str, tmp_path: Path,
         env_file: Path) -> None:
-    code, _, err = replay(tmp_path, env_file, "lookup", tasks, turns)
+    code, _, err = replay(tmp_path, env_file, "kv_lookup", tasks, turns)
     assert code == 2, err
     assert flag in err and says in err
 
 
 def test_an_unknown_environment_names_the_registered_ones(tmp_path: Path, env_file: Path) -> None:
-    code, _, err = replay(tmp_path, env_file, "lookupp", [{"prompt": "k"}], [["a"]])
-    assert code == 2 and "lookupp" in err and "lookup" in err
+    code, _, err = replay(tmp_path, env_file, "kv_lookupp", [{"prompt": "k"}], [["a"]])
+    assert code == 2 and "kv_lookupp" in err and "kv_lookup" in err
 
 
 def test_unirl_environments_lists_a_plugin_files_environments(tmp_path: Path, env_file: Path,
@@ -243,7 +243,7 @@ def test_unirl_environments_lists_a_plugin_files_environments(tmp_path: Path, en
     out = run_cli("environments", "--json", env={"UNIRL_PLUGIN_FILE": str(env_file)}, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     rows = {r["name"]: r for r in json.loads(out.stdout)}
-    lookup = rows["lookup"]
+    lookup = rows["kv_lookup"]
     assert lookup["tools"] == ["get"] and lookup["metrics"] == ["called"] and lookup["max_turns"] == 3
     assert lookup["description"] == "Answer with the value stored under the prompt's key."
 

@@ -138,7 +138,7 @@ def accepted_plans(framework: str, examples: int, preset: str | None = None) -> 
 
 @pytest.mark.parametrize("framework", BACKENDS)
 def test_every_accepted_recipe_fits_the_backends_key_schema(framework: str) -> None:
-    plans = accepted_plans(framework, 300)
+    plans = accepted_plans(framework, 500)
     assert len(plans) >= 5, f"the strategy should reach accepted recipes for {framework}, got {len(plans)}"
 
 
@@ -147,7 +147,7 @@ def test_every_accepted_recipe_fits_the_backends_key_schema(framework: str) -> N
                                        for name in ("verl", "openrlhf")])
 def test_every_accepted_recipe_passes_the_backends_own_checks(framework: str, monkeypatch: pytest.MonkeyPatch) -> None:
     point_at_backend(monkeypatch, framework)
-    plans = accepted_plans(framework, 300)
+    plans = accepted_plans(framework, 500)
     assert len(plans) >= 20
     results = get_host().frameworks.get(framework).check_in_backend(plans)
     rejected = [(plan.recipe["algorithm"], plan.recipe["rollout"], plan.recipe["resources"], r["problems"])

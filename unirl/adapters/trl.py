@@ -3,6 +3,10 @@
 TRL calls each reward function in turn on the same batch; the first call scores every reward of the
 recipe once through the executor, and the others read their column from that cache. Components go to
 TRL's metrics through ``log_metric`` as ``reward/<reward>/<component>``, with the error counts.
+
+With an environment, the first column is the episode's return (``environment``, weight 1), which the rollout
+function hands over as ``env_return``; a failed episode counts as an error of its kind and scores like a failed reward
+call under ``reward_policy.on_error`` (left out of the group, or the fallback score), never a silent zero.
 """
 
 from __future__ import annotations
@@ -12,8 +16,11 @@ from collections.abc import Callable
 from typing import Any
 
 from unirl.adapters.common import trajectory_record
+from unirl.errors import UnirlError
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardExecutor, error_metrics
+
+ENVIRONMENT = "environment"
 
 
 def text_of(value: Any) -> str:
@@ -25,9 +32,12 @@ def text_of(value: Any) -> str:
 
 class TrlRewardAdapter:
     def __init__(self, executor: RewardExecutor, *, eos_ids: set[int], mini_batches: int,
-                 on_scored: Callable[[int, list[dict[str, Any]]], None]) -> None:
+                 on_scored: Callable[[int, list[dict[str, Any]]], None], environment: bool = False) -> None:
         self.executor = executor
-        self.names = executor.spec.names
+        self.environment = environment
+        self.names = [*([ENVIRONMENT] if environment else []), *executor.spec.names]
+        self.episodes = 0
+        self.failed_episodes = 0
         self.eos_ids = eos_ids
         self.mini_batches = mini_batches
         self.on_scored = on_scored
@@ -45,6 +55,21 @@ class TrlRewardAdapter:
 
         reward_column.__name__ = name  # TRL logs rewards/<__name__>/mean
         return reward_column
+
+    def check_episode_policy(self, returns: list[float | None]) -> None:
+        """Abort the run when episodes fail at a rate above ``reward_policy.max_error_rate`` (from ``min_calls``
+        episodes on), as failing reward calls would."""
+        policy = self.executor.spec.policy
+        self.episodes += len(returns)
+        self.failed_episodes += sum(1 for r in returns if r is None)
+        if policy.on_error == "abort" and self.failed_episodes:
+            raise UnirlError(f"{self.failed_episodes} environment episodes failed (reward_policy.on_error=abort); "
+                             "trajectories.jsonl holds each episode's error and traceback")
+        rate = self.failed_episodes / self.episodes
+        if self.episodes >= policy.min_calls and rate > policy.max_error_rate:
+            raise UnirlError(f"{self.failed_episodes} of {self.episodes} environment episodes failed ({rate:.1%}), "
+                             f"above reward_policy.max_error_rate={policy.max_error_rate}; trajectories.jsonl holds "
+                             "each episode's error and traceback")
 
     def samples(self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]],
                 kwargs: dict[str, Any]) -> list[Sample]:
@@ -75,19 +100,24 @@ class TrlRewardAdapter:
         samples = self.samples(prompts, completions, completion_ids, kwargs)
         scored = self.executor.score(samples)
         policy = self.executor.spec.policy
+        returns: list[float | None] = list(kwargs.get("env_return") or [None] * len(samples))
+        episodes: list[dict[str, Any] | None] = list(kwargs.get("env_episode") or [None] * len(samples))
         columns: dict[str, list[float | None]] = {n: [] for n in self.names}
         component_values: dict[str, list[float]] = {}
-        for result in scored:
+        for result, value in zip(scored, returns, strict=True):
+            env_failed = self.environment and value is None
             # exclude: every column None, which TRL (>= 1.16) treats as unscorable: out of the group baseline and
             # advantage 0. One None among numbers would silently count the failed reward as 0 in TRL's nansum.
-            excluded = bool(result.errors) and policy.on_error == "exclude"
+            excluded = (bool(result.errors) or env_failed) and policy.on_error == "exclude"
+            if self.environment:
+                columns[ENVIRONMENT].append(None if excluded else policy.fallback_score if value is None else value)
             for name, score in result.scores.items():
                 if score is None and policy.on_error == "fallback":
                     score = policy.fallback_score
                 columns[name].append(None if excluded else score)
-            for key_, value in result.components.items():
-                if value is not None:
-                    component_values.setdefault(key_, []).append(value)
+            for key_, value_ in result.components.items():
+                if value_ is not None:
+                    component_values.setdefault(key_, []).append(value_)
         self._columns = columns
         log_metric = kwargs.get("log_metric")
         if log_metric is not None:
@@ -95,8 +125,38 @@ class TrlRewardAdapter:
                 log_metric(f"reward/{key_}", sum(values) / len(values))
             for key_, value in error_metrics(scored).items():
                 log_metric(key_, value)
-        self.on_scored(step, [trajectory_record(s, r, step=step) for s, r in zip(samples, scored, strict=True)])
+            if self.environment:
+                for key_, value in episode_metrics(episodes).items():
+                    log_metric(key_, value)
+        records = [trajectory_record(s, r, step=step) for s, r in zip(samples, scored, strict=True)]
+        if self.environment:
+            for record, value, episode in zip(records, returns, episodes, strict=True):
+                record["scores"] = {ENVIRONMENT: value, **record["scores"]}
+                record["total"] = record["total"] + (value or 0.0)
+                record["episode"] = episode
+                if value is None:
+                    record["errors"] = {**record["errors"], ENVIRONMENT: (episode or {}).get("error") or "failed"}
+                    record["error_kinds"] = {**record.get("error_kinds", {}),
+                                             ENVIRONMENT: (episode or {}).get("error_kind") or "exception"}
+        self.on_scored(step, records)
+        if self.environment:
+            self.check_episode_policy(returns)
         self.executor.check_policy(scored)
+
+
+def episode_metrics(episodes: list[dict[str, Any] | None]) -> dict[str, float]:
+    """A batch's episodes as metrics: mean return, turns and truncation, each declared metric's mean, and failures by
+    kind (``env/errors/<kind>``, a fraction of the batch)."""
+    done = [e for e in episodes if e is not None]
+    if not done:
+        return {}
+    out = {"env/return": sum(e["return"] for e in done) / len(done),
+           "env/errors": sum(1 for e in done if e["error_kind"]) / len(done)}
+    for key in sorted({k for e in done for k in e["metrics"]}):
+        out[f"env/{key}"] = sum(e["metrics"].get(key, 0.0) for e in done) / len(done)
+    for kind in ("exception", "timeout", "invalid"):
+        out[f"env/errors/{kind}"] = sum(1 for e in done if e["error_kind"] == kind) / len(done)
+    return out
 
 
 def finite_mean(values: list[float | None]) -> float | None:

@@ -448,3 +448,12 @@ def user_reward_packages(spec: Any) -> list[str]:
 __all__ = ["DEFAULT_MICRO_BATCH", "DEFAULT_PROMPT_TOKENS", "OMIT", "NativeFramework", "Translation",
            "logprob_micro_batch", "micro_batch", "micro_batch_note", "model_location", "prompt_budget",
            "prompt_budget_note", "translate"]
+
+
+def no_environment(seam: str) -> Mapping:
+    """The ``environment.name`` row of a backend whose multi-turn seam (``seam``: its native mechanism) unirl does
+    not drive yet: refused by field, so a recipe with an environment never runs single-turn silently."""
+    return Mapping("environment.name", "(no environment)", lambda r: OMIT,
+                   supported=lambda r: r.environment.name is None,
+                   supported_text=f"null: unirl drives environments through TRL's rollout_func only; this backend's "
+                                  f"seam ({seam}) has no unirl rollout engine yet")

@@ -12,7 +12,7 @@ from unirl.errors import FieldError
 from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, hub_source, is_local_path, split_source
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
-BUILTIN_DATASETS = ("arith",)
+BUILTIN_DATASETS = ("arith", "lookup")
 
 
 def data_problems(recipe: Recipe) -> list[FieldError]:
@@ -52,6 +52,8 @@ def source_problems(key: str, source: str | None, builtin_data: tuple[str, ...] 
             return [FieldError(key, source, f"builtin datasets are {list(builtin_data)}")]
         if name == "arith" and split and split not in arith.SPLITS:
             return [FieldError(key, source, f"builtin:arith splits are {list(arith.SPLITS)}")]
+        if name == "lookup" and split and split not in ("train", "heldout"):
+            return [FieldError(key, source, "builtin:lookup splits are ['train', 'heldout']")]
         return []
     if base.startswith(HUB_PREFIX):
         name, config = hub_source(base)

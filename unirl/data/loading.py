@@ -29,6 +29,10 @@ def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key:
             from unirl.data.builtin import arith
 
             rows = arith.rows(split, dict(data.options), seed)
+        elif name == "lookup":
+            from unirl.data.builtin import lookup as lookup_rows
+
+            rows = lookup_rows.rows(split, seed)
         else:
             raise FieldError(key, source, f"builtin datasets are {list(BUILTIN_DATASETS)}")
     elif base.startswith(HUB_PREFIX):

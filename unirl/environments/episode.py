@@ -185,10 +185,18 @@ class EpisodeRunner:
             return None
         turn.observation, turn.reward, turn.metrics = step.observation, step.reward, step.metrics
         if step.done or truncated or len(self.episode.turns) >= self.max_turns:
-            self.episode.termination = "done" if step.done else "truncated" if truncated else "max_turns"
+            self.episode.termination = "truncated" if truncated else "done" if step.done else "max_turns"
             self.over = True
             return None
         return messages_of(step.observation)
+
+    def truncate(self) -> None:
+        """End the episode at its last turn because the token budget has no room for another one."""
+        if not self.over:
+            if self.episode.turns:
+                self.episode.turns[-1].truncated = True
+            self.episode.termination = "truncated"
+            self.over = True
 
     def finish(self) -> Episode:
         """Score ``final()`` (for an episode that did not fail) and close the environment, whatever happened."""

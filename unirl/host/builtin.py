@@ -32,6 +32,7 @@ BUILTIN_PLUGINS: tuple[BuiltinPlugin, ...] = (
     BuiltinPlugin("ray", "unirl.plugins.ray.plugin"),
     BuiltinPlugin("slurm", "unirl.plugins.slurm.plugin"),
     BuiltinPlugin("rewards", "unirl.plugins.builtin_rewards.plugin"),
+    BuiltinPlugin("environments", "unirl.plugins.builtin_environments.plugin"),
     # Experiment trackers (logging.trackers), one plugin each so the host isolates and counts each on its own.
     BuiltinPlugin("tensorboard", "unirl.plugins.trackers.tensorboard"),
     BuiltinPlugin("wandb", "unirl.plugins.trackers.wandb"),

@@ -121,7 +121,8 @@ def check(host: Host, recipe: Recipe) -> None:
         host.schedulers.entry(scheduler)
     register_reward_files(recipe, host.rewards)
     validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
-             more=[*data_problems(recipe), *tracker_install_problems(host, recipe)])
+             more=[*data_problems(recipe), *tracker_install_problems(host, recipe),
+                   *environment_problems(host, recipe)])
     warn_toy_settings(recipe)  # a valid recipe that is the toy's with a real model: say so, once
 
 
@@ -177,6 +178,27 @@ def register_reward_files(recipe: Recipe, registry: Registry[RewardFunction]) ->
                 registry.host.add_plugin_file(module, Path(spec.file).expanduser())
     if not isinstance(registry.host, Host):  # a bare registry: the files' decorated rewards, added directly
         add_decorated(registry)
+
+
+def environment_problems(host: Host, recipe: Recipe) -> list[FieldError]:
+    """``environment.file`` loads as a plugin (imported in a throwaway interpreter first, as a reward file is), and
+    ``environment.name`` must then be registered."""
+    env = recipe.environment
+    if env.file:
+        probe_reward_file(env.file, "environment.file", recipe.reward_policy.startup_timeout_s)
+        try:
+            module = load_reward_file(env.file)
+        except BaseException as exc:  # SystemExit included: a file's import never ends unirl
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return [FieldError("environment.file", env.file, f"a file that imports cleanly; it raised {exc!r}")]
+        host.add_plugin_file(module, Path(env.file).expanduser())
+    if env.name is not None and env.name not in host.environments:
+        return [FieldError("environment.name", env.name,
+                           f"a registered environment: {host.environments.names() or 'none is registered'}")]
+    if env.name is None and (env.file or env.kwargs or env.max_turns is not None):
+        return [FieldError("environment.name", None, "set with environment.file, kwargs or max_turns")]
+    return []
 
 
 def spec_from_recipe(recipe: Recipe, registry: Registry[RewardFunction], *, can_exclude: bool) -> RewardRuntimeSpec:

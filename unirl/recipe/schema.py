@@ -354,6 +354,24 @@ class LoggingConfig:
 
 
 @dataclass
+class EnvironmentConfig:
+    """A multi-turn environment (``@unirl.environment``) that runs every episode: its return is the reward, beside
+    the recipe's rewards scored on the final transcript."""
+
+    name: str | None = setting(None, "A registered environment (``unirl environments``); null = single-turn "
+                               "completions scored by the recipe's rewards.")
+    kwargs: dict[str, Any] = field(default_factory=dict, metadata=documented(
+        "Keyword arguments for the environment's constructor (one instance per episode)."))
+    file: str | None = setting(None, "A Python file defining the environment (loaded as a plugin, like a reward "
+                               "file).")
+    max_turns: int | None = setting(None, "At most this many assistant turns per episode; null = the environment's "
+                                    "own max_turns (a larger value is capped by it).", unit="turns", at_least=1,
+                                    typo_above=10_000)
+    timeout_s: float = setting(30.0, "Per environment call (reset, step, final, close), in seconds; a call past it "
+                               "ends its episode as a timeout error.", unit="seconds", above=0)
+
+
+@dataclass
 class RunSection:
     name: str = setting("run", "Run name, used in the run directory path (one folder name).")
     resume: bool = setting(False, "Continue from the last checkpoint in the run directory.")
@@ -371,6 +389,7 @@ class Recipe:
     rewards: list[RewardSpec] = field(default_factory=lambda: [RewardSpec()])
     reward_policy: RewardPolicy = field(default_factory=RewardPolicy)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    environment: EnvironmentConfig = field(default_factory=EnvironmentConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
@@ -550,8 +569,9 @@ def lora_problems(recipe: Recipe) -> list[FieldError]:
 def reward_problems(recipe: Recipe, known_rewards: list[str]) -> list[FieldError]:
     """At least one reward, each registered and named once; ``eval.accuracy_reward`` one of them."""
     problems: list[FieldError] = []
-    if not recipe.rewards:
-        problems.append(FieldError("rewards", [], "at least one reward is required"))
+    if not recipe.rewards and not recipe.environment.name:
+        problems.append(FieldError("rewards", [], "at least one reward is required (or an environment.name, whose "
+                                   "return is the reward)"))
     for i, spec in enumerate(recipe.rewards):
         if spec.name not in known_rewards:
             problems.append(FieldError(f"rewards[{i}].name", spec.name,

@@ -167,12 +167,33 @@ def prompt_text(record: dict[str, Any]) -> str:
 
 
 def completion_text(record: dict[str, Any]) -> str:
+    """What the model wrote: the completion, or an environment episode turn by turn (each assistant turn, the
+    observation it got, the turn's reward; then how it ended and its return)."""
+    episode = record.get("episode")
+    if isinstance(episode, dict) and isinstance(episode.get("turns"), list):
+        return episode_text(episode)
     completion = record.get("completion", "")
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list):  # chat completions: the messages' contents
         return "\n".join(str(m.get("content", "")) if isinstance(m, dict) else str(m) for m in completion)
     return json.dumps(completion, ensure_ascii=False, default=str)
+
+
+def episode_text(episode: dict[str, Any]) -> str:
+    lines = []
+    for n, turn in enumerate(t for t in episode["turns"] if isinstance(t, dict)):
+        cut = " (truncated)" if turn.get("truncated") else ""
+        lines.append(f"{n + 1}. {turn.get('action', '')}{cut}   reward {turn.get('reward', 0):g}")
+        observation = turn.get("observation")
+        messages = [{"role": "user", "content": observation}] if isinstance(observation, str) else observation or []
+        for message in messages if isinstance(messages, list) else []:
+            if isinstance(message, dict):
+                lines.append(f"   [{message.get('role', '?')}] {message.get('content', '')}")
+    ended = f"{episode.get('termination', '?')}, return {episode.get('return', 0):g}"
+    if episode.get("error"):
+        ended += f": {episode.get('error_kind')} {episode['error']}"
+    return "\n".join([*lines, ended])
 
 
 def group_by_prompt(records: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:

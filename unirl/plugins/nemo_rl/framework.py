@@ -41,6 +41,7 @@ from unirl.backend.native import (
     logprob_micro_batch,
     micro_batch_note,
     model_location,
+    no_environment,
     prompt_budget,
     prompt_budget_note,
 )
@@ -463,6 +464,7 @@ MAPPING: tuple[Mapping, ...] = (
     # v0.7.0); unirl's follower reads every event file under the log directory.
     Mapping("logging.every_steps", "logger.tensorboard_enabled", lambda r: True,
             "NeMo RL's TensorBoard events, which unirl's follower reads into metrics.jsonl", native_default=False),
+    no_environment("an EnvironmentInterface Ray actor with grpo.max_rollout_turns"),
 )
 
 

@@ -36,6 +36,7 @@ from unirl.backend.native import (
     micro_batch,
     micro_batch_note,
     model_location,
+    no_environment,
     prompt_budget,
     prompt_budget_note,
 )
@@ -437,6 +438,7 @@ MAPPING: tuple[Mapping, ...] = (
     # train/<key> and eval/<key> at global_step; unirl's follower reads every event file under it.
     Mapping("logging.every_steps", "logger.tensorboard_dir", lambda r: in_run_dir(TB_DIR),
             "OpenRLHF's TensorBoard events, which unirl's follower reads into metrics.jsonl", native_default=None),
+    no_environment("--train.agent_func_path with an AgentExecutor"),
 )
 
 

@@ -33,6 +33,7 @@ from unirl.backend.native import (
     NativeFramework,
     micro_batch_note,
     model_location,
+    no_environment,
     prompt_budget_note,
 )
 from unirl.backend.native import micro_batch as native_micro_batch
@@ -299,6 +300,7 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("logging.every_steps", "--use-tensorboard", lambda r: store_true(True),
             "slime's TensorBoard events (TENSORBOARD_DIR, exported by the launch line), which unirl's follower reads "
             "into metrics.jsonl", native_default=False),
+    no_environment("--custom-generate-function-path"),
 )
 
 

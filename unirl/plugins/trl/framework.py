@@ -240,8 +240,12 @@ def overlong_punishment(r: Recipe) -> dict[str, Any] | None:
     return {"max_completion_len": r.algorithm.max_new_tokens, "soft_punish_cache": buffer}
 
 
+ENVIRONMENT_REWARD = "environment"
+"""The reward column of an environment's episode return: TRL's first reward function, weight 1."""
+
+
 def reward_weights(r: Recipe) -> list[float]:
-    weights = [float(s.weight) for s in r.rewards]
+    weights = [*([1.0] if r.environment.name else []), *(float(s.weight) for s in r.rewards)]
     return [*weights, float(r.algorithm.overlong_penalty)] if overlong_punishment(r) else weights
 
 
@@ -426,6 +430,13 @@ MAPPING: tuple[Mapping, ...] = (
             "exclude: a failed call's reward is None, which TRL leaves out of the group baseline"),
     Mapping("rewards[].weight", "reward_weights", reward_weights, "one weight per reward, then overlong_penalty when "
             "algorithm.overlong_buffer adds TRL's soft overlong punishment", native_default=None),
+    Mapping("environment.name", "(rollout_func: unirl's episode loop)", lambda r: r.environment.name or OMIT,
+            "GRPOTrainer's rollout_func (grpo_trainer.py:2200-2218) runs each episode with transformers generate, "
+            "token in, token out; observation tokens get env_mask 0 (no loss, L2270-2272); the return is the first "
+            "reward column, weight 1",
+            supported=lambda r: r.environment.name is None or (r.rollout.engine == "hf" and trainer_of(r) == "grpo"),
+            supported_text="null with rollout.engine=vllm or advantage_baseline=leave_one_out: the episode loop "
+                           "generates with transformers, and RLOOTrainer 1.16 takes no rollout_func"),
     Mapping("model.lora.rank", "(peft_config: LoraConfig.r)", lambda r: r.model.lora.rank or OMIT,
             "TRL wraps the model with PEFT's get_peft_model (grpo_trainer.py:433-476, rloo_trainer.py:353-396); its "
             "reference policy is the model with the adapter disabled (grpo_trainer.py:987-990); 0: no peft_config"),
@@ -559,7 +570,9 @@ class TrlFramework:
         native = {
             "trainer": trainer,
             "trainer_config": dict(sorted(args.items())),
-            "reward_funcs": [{"name": s.name, "weight": s.weight, "kwargs": dict(s.kwargs)} for s in recipe.rewards]
+            "reward_funcs": [*([{"name": ENVIRONMENT_REWARD, "weight": 1.0, "environment": recipe.environment.name}]
+                               if recipe.environment.name else []),
+                             *({"name": s.name, "weight": s.weight, "kwargs": dict(s.kwargs)} for s in recipe.rewards)]
             + ([{"name": "soft_overlong_punishment_reward", "weight": recipe.algorithm.overlong_penalty,
                  "trl": SOFT_OVERLONG, "kwargs": overlong}] if overlong else []),
             "model": {"path": recipe.model.path, "revision": recipe.model.revision, "dtype": recipe.model.dtype},

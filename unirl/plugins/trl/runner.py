@@ -17,7 +17,7 @@ import time
 import warnings
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from unirl.adapters.trl import TrlRewardAdapter, finite_mean, text_of
 from unirl.backend.native import prompt_budget
@@ -53,6 +53,9 @@ from unirl.record.manifest import build_manifest, keep_reward_files, reward_sour
 from unirl.record.run_recorder import RunRecorder
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardExecutor
+
+if TYPE_CHECKING:
+    from unirl.adapters.trl_environment import TrlEpisodes
 
 log = logging.getLogger("unirl.plugins.trl.runner")  # by name: run as a script or with -m, __name__ is "__main__"
 
@@ -258,7 +261,7 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
     """Held-out evaluation: one completion per prompt (greedy by default), scored by the recipe's rewards."""
     import torch
 
-    accuracy_reward = recipe.eval.accuracy_reward or recipe.rewards[0].name
+    accuracy_reward = recipe.eval.accuracy_reward or recipe.rewards[0].name  # validation: one exists without an env
     was_training = model.training
     model.eval()
     padding_side, tok.padding_side = tok.padding_side, "left"
@@ -298,6 +301,74 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
     summary = {"n": n, "solved": solved, "accuracy": solved / n if n else float("nan"),
                "reward_mean": finite_mean([r["total"] for r in records]) or 0.0,
                "distinct_completions": len({r["completion"] for r in records}), "accuracy_reward": accuracy_reward}
+    return summary, records
+
+
+def environment_episodes(host: Host, recipe: Recipe, tok: Any, rows: list[dict[str, Any]], stop_ids: set[int],
+                         suppress: list[int] | None) -> TrlEpisodes | None:
+    """The recipe's environment as an episode loop, or None for single-turn training. TRL's rollout_func receives
+    prompts alone (grpo_trainer.py:2210), so each prompt must name one data row: the row its episode's task is."""
+    env = recipe.environment
+    if env.name is None:
+        return None
+    from unirl.adapters.trl_environment import TrlEpisodes
+    from unirl.host.planning import environment_problems
+
+    problems = environment_problems(host, recipe)  # registers environment.file in this process too
+    if problems:
+        raise UnirlError(str(problems[0]))
+    by_prompt: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        key = row["prompt"] if isinstance(row["prompt"], str) else repr(row["prompt"])
+        seen = by_prompt.setdefault(key, row)
+        if (seen.get("reference"), seen.get("metadata")) != (row.get("reference"), row.get("metadata")):
+            raise UnirlError(f"environment.name={env.name}: two data rows share the prompt {key[:80]!r} with different "
+                             "references or metadata; TRL hands an episode its prompt alone, so each prompt must "
+                             "name one row")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16: the plan says so
+    return TrlEpisodes(host.environments.get(env.name), env.kwargs, tok=tok, rows_by_prompt=by_prompt,
+                       chat_template=recipe.data.chat_template is True, max_new_tokens=recipe.algorithm.max_new_tokens,
+                       temperature=recipe.algorithm.temperature, top_p=recipe.algorithm.top_p,
+                       timeout_s=env.timeout_s, max_turns=env.max_turns, run_seed=recipe.seed, eos_ids=stop_ids,
+                       suppress=suppress)
+
+
+EVAL_SEED_OFFSET = 10**9
+"""Held-out episodes draw their hidden state from seeds no training episode uses, the same at every evaluation."""
+
+
+def evaluate_episodes(model: Any, episodes: TrlEpisodes, rows: list[dict[str, Any]], recipe: Recipe,
+                      rewards: RewardExecutor) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Held-out evaluation with an environment: one episode per prompt (greedy by default) on fresh hidden state;
+    solved when the return plus the recipe's rewards on the transcript reach ``eval.accuracy_threshold`` (or, with
+    ``eval.accuracy_reward``, that reward does)."""
+    from unirl.adapters.trl_environment import episode_seed
+
+    seeds = [episode_seed(recipe.seed + EVAL_SEED_OFFSET, 0, i) for i in range(len(rows))]
+    items = episodes.run(model, [r["prompt"] for r in rows], seeds, greedy=recipe.eval.greedy is not False)
+    samples = [Sample(prompt=text_of(r["prompt"]), completion=episodes.tok.decode(item.completion_ids,
+                                                                                    skip_special_tokens=True),
+                      reference=r["reference"], data_source=r["data_source"],
+                      truncated=item.episode is not None and item.episode.termination == "truncated",
+                      completion_tokens=sum(item.env_mask)) for r, item in zip(rows, items, strict=True)]
+    records: list[dict[str, Any]] = []
+    for sample, item, scored in zip(samples, items, rewards.score(samples), strict=True):
+        episode = item.episode
+        value = None if episode is None or episode.failed else episode.return_
+        total = (scored.total or 0.0) + (value or 0.0)
+        named = recipe.eval.accuracy_reward
+        hit = ((scored.scores.get(named) or 0.0) if named else total) >= recipe.eval.accuracy_threshold
+        records.append({"prompt": sample.prompt, "completion": sample.completion, "reference": sample.reference,
+                        "solved": hit and value is not None, "total": total,
+                        "scores": {"environment": value, **scored.scores}, "components": scored.components,
+                        "errors": scored.errors, "episode": episode.to_dict() if episode else None})
+    n = len(records)
+    solved = sum(r["solved"] for r in records)
+    summary = {"n": n, "solved": solved, "accuracy": solved / n if n else float("nan"),
+               "reward_mean": finite_mean([r["total"] for r in records]) or 0.0,
+               "distinct_completions": len({r["completion"] for r in records}),
+               "accuracy_reward": recipe.eval.accuracy_reward or "environment",
+               "episode_errors": sum(1 for r in records if r["episode"] is None or r["episode"]["error_kind"])}
     return summary, records
 
 
@@ -554,10 +625,14 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
 
     suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
     per_step = updates_per_step(recipe)  # TRL optimizer updates per unirl step (one rollout batch)
+    episodes = environment_episodes(host, recipe, tok, train_rows + eval_rows, eos_ids(model, tok), suppress)
     recorder.run_start()
 
     def run_eval(step: int) -> dict[str, Any]:
-        result, records = evaluate(model, tok, eval_rows, recipe, rewards, suppress)
+        if episodes is not None:
+            result, records = evaluate_episodes(model, episodes, eval_rows, recipe, rewards)
+        else:
+            result, records = evaluate(model, tok, eval_rows, recipe, rewards, suppress)
         recorder.eval_done(step, result, records)
         return result
 
@@ -577,8 +652,8 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kw: Any) -> None:
             if not logs or "reward" not in logs:
                 return
-            metrics = {METRIC_NAMES.get(k, k if k.startswith("reward/") else f"trl/{k}"): v for k, v in logs.items()
-                       if isinstance(v, int | float)}
+            metrics = {METRIC_NAMES.get(k, k if k.startswith(("reward/", "env/")) else f"trl/{k}"): v
+                       for k, v in logs.items() if isinstance(v, int | float)}
             for key, value in logs.items():
                 if key.startswith("rewards/") and key.endswith("/mean"):
                     metrics[f"reward/{key.split('/')[1]}/mean"] = value
@@ -624,13 +699,16 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
     t_train = time.monotonic()
     if not training_done:
         # mini_batches: the adapter's step is global_step // it + 1, so it takes TRL's updates per unirl step
-        adapter = TrlRewardAdapter(rewards, eos_ids=eos_ids(model, tok), mini_batches=per_step, on_scored=scored)
+        adapter = TrlRewardAdapter(rewards, eos_ids=eos_ids(model, tok), mini_batches=per_step, on_scored=scored,
+                                   environment=episodes is not None)
         trainer_class, config_class = trainer_classes(plan)
+        # the episode loop as GRPOTrainer's rollout_func (only GRPOTrainer takes one; the plan refuses RLOO with it)
+        loop = {} if episodes is None else {"rollout_func": episodes.rollout_func}
         trainer = trainer_class(
             model=model, reward_funcs=[*adapter.reward_funcs(), *trl_reward_funcs(plan)],
             args=config_class(output_dir=str(run_dir / CHECKPOINTS), **args),
             train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()],
-            peft_config=lora_config(plan))
+            peft_config=lora_config(plan), **loop)
         trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
         # PEFT injects the adapters into ``model``'s own modules (the trainer holds a PeftModel around it), so the
         # held-out evaluation of ``model`` below sees the trained adapters

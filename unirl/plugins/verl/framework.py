@@ -28,6 +28,7 @@ from unirl.backend.native import (
     micro_batch,
     micro_batch_note,
     model_location,
+    no_environment,
     prompt_budget,
     prompt_budget_note,
     reward_paths,
@@ -484,6 +485,7 @@ MAPPING: tuple[Mapping, ...] = (
             native_default="compute_score"),
     Mapping("rewards", "+reward.custom_reward_function.reward_kwargs.unirl_spec",
             lambda r: SPEC_PATH, "the run's reward spec reaches every reward worker", versions=">=0.9"),
+    no_environment("an agent loop through rollout.agent.agent_loop_config_path"),
 )
 
 

@@ -1,0 +1,161 @@
+"""Training with an environment: the recipe's ``environment`` on TRL through GRPOTrainer's rollout_func (token in,
+token out, observation tokens masked), refused by field wherever it cannot run, and a failing environment counted
+and acted on by the reward policy instead of training on fake zeros."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import run_cli
+from tests.support.helpers import read_jsonl, run_dirs
+
+SHORT = ("recipe=grpo_tool", "algorithm.steps=4", "algorithm.prompts_per_step=4", "algorithm.samples_per_prompt=4",
+         "eval.every_steps=0", "logging.progress=false", "logging.plot=false", "logging.trajectories_every=1")
+
+
+# --- planning (no training) ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf", "nemo_rl", "slime", "vime"])
+def test_backends_without_an_environment_loop_refuse_one_by_field(framework: str, isolated: Path) -> None:
+    out = run_cli("plan", "recipe=grpo_tool", f"framework={framework}", cwd=isolated)
+    assert out.returncode == 2, out.stdout[-2000:]
+    assert "environment.name='lookup': not supported by" in out.stderr and "TRL's rollout_func only" in out.stderr
+
+
+@pytest.mark.parametrize(("setting", "says"), [
+    ("rollout.engine=vllm", "environment.name='lookup': not supported by trl"),
+    ("algorithm=rloo", "RLOOTrainer 1.16 takes no rollout_func"),
+    ("environment.name=lookupp", "a registered environment"),
+    ("environment.max_turns=0", "environment.max_turns"),
+    ("environment.timeout_s=0", "environment.timeout_s"),
+])
+def test_what_cannot_run_an_environment_on_trl_is_refused_before_anything_starts(setting: str, says: str,
+                                                                                  isolated: Path) -> None:
+    out = run_cli("plan", "recipe=grpo_tool", setting, cwd=isolated)
+    assert out.returncode == 2, out.stdout[-2000:]
+    assert says in out.stderr, out.stderr
+
+
+def test_environment_settings_without_a_name_are_refused(isolated: Path) -> None:
+    out = run_cli("plan", "+environment.kwargs.tool=false", cwd=isolated)
+    assert out.returncode == 2 and "environment.name" in out.stderr
+
+
+def test_the_plan_shows_the_episode_loop_and_the_return_as_the_first_reward(isolated: Path) -> None:
+    out = run_cli("plan", "recipe=grpo_tool", "--json", cwd=isolated)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    rows = {r["recipe_field"]: r for r in plan["mapping"]}
+    assert plan["native_config"]["trainer_config"]["reward_weights"] == [1.0]  # the environment's return alone
+    assert rows["environment.name"]["native_key"].startswith("(rollout_func") and rows["environment.name"]["value"] \
+        == "lookup"
+
+
+def test_unirl_environments_lists_the_builtin_lookup(isolated: Path) -> None:
+    out = run_cli("environments", "--json", cwd=isolated)
+    lookup = {r["name"]: r for r in json.loads(out.stdout)}["lookup"]
+    assert lookup["tools"] == ["get"] and lookup["metrics"] == ["called", "key_ok", "correct"]
+    assert lookup["max_turns"] == 2
+
+
+def test_episode_tokens_are_concatenated_as_generated_with_observations_masked() -> None:
+    """The loop on the real tiny model: each turn's tokens as generated, the observation's tokens after them with
+    mask 0, nothing decoded and encoded again."""
+    import torch
+
+    from unirl.adapters.trl_environment import TrlEpisodes
+    from unirl.data.builtin.tiny_model import build
+    from unirl.host.manager import get_host
+
+    model, tok = build("tiny-arith", 0)
+    torch.manual_seed(0)
+    episodes = TrlEpisodes(get_host().environments.get("lookup"), {}, tok=tok, rows_by_prompt={}, chat_template=False,
+                           max_new_tokens=12, temperature=1.0, top_p=1.0, timeout_s=30, max_turns=None, run_seed=0,
+                           eos_ids={tok.eos_token_id}, suppress=None)
+    # force a lookup: a model that always writes "=3" then end-of-sequence, whatever it is asked
+    forced = [tok.convert_tokens_to_ids(c) for c in "=3"] + [tok.eos_token_id]
+
+    class Scripted(torch.nn.Module):
+        config = model.config
+        device = torch.device("cpu")
+
+        def generate(self, input_ids: torch.Tensor, **_: object) -> torch.Tensor:
+            tail = torch.tensor([forced] * input_ids.shape[0])
+            return torch.cat([input_ids, tail], dim=1)
+
+    [item] = episodes.run(Scripted(), ["3?"], [7], greedy=True)
+    episode = item.episode
+    assert episode is not None and [t.action for t in episode.turns] == ["=3", "=3"]
+    value = episode.turns[0].observation
+    observed = [tok.convert_tokens_to_ids(c) for c in f"{value}"]  # "*v", the environment's answer
+    assert item.completion_ids == forced + observed + forced
+    assert item.env_mask == [1, 1, 1] + [0] * len(observed) + [1, 1, 1]
+    assert item.prompt_ids == tok("3?")["input_ids"]
+    assert episode.termination == "max_turns" and episode.return_ == pytest.approx(0.2)  # the first lookup earns
+
+    # the budget is the whole episode's: 3 tokens of lookup and 2 of observation leave none of 5 for another turn
+    episodes.max_new_tokens = 5
+    [short] = episodes.run(Scripted(), ["3?"], [7], greedy=True)
+    assert short.episode is not None and short.episode.termination == "truncated"
+    assert len(short.episode.turns) == 1 and short.episode.turns[0].truncated
+    assert short.completion_ids == forced  # the observation that did not fit is not appended
+
+
+# --- training ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.train
+def test_a_short_tool_run_records_every_turn_with_its_masks(tmp_path: Path) -> None:
+    out = run_cli(*SHORT, env={"UNIRL_RUNS_DIR": str(tmp_path / "runs")}, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    [run_dir] = run_dirs(tmp_path / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["completions"] == 4 * 4 * 4
+    records = read_jsonl(run_dir / "trajectories.jsonl")
+    assert len(records) == 64
+    for record in records:
+        episode = record["episode"]
+        assert record["scores"]["environment"] == pytest.approx(episode["return"])
+        assert episode["tokens"]["model"] >= len(episode["turns"])  # every turn generated at least one token
+        # "*v": one token per character, all masked; the last turn's observation is never appended (the episode
+        # ended there), every earlier one is
+        observed = sum(len(t["observation"] or "") for t in episode["turns"][:-1])
+        assert episode["tokens"]["environment"] == observed
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert {"env/return", "env/turns", "env/called", "env/errors"} <= set(metrics[-1])
+    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
+    assert evals[0]["n"] == 50 and evals[0]["accuracy_reward"] == "environment"
+
+
+FAILING_ENV = textwrap.dedent('''
+    import unirl
+
+
+    @unirl.environment("flaky")
+    class Flaky(unirl.Environment):
+        max_turns = 1
+
+        def reset(self, task):
+            return task.prompt
+
+        def step(self, action):
+            raise RuntimeError("grader unavailable")
+''')
+
+
+@pytest.mark.train
+def test_an_environment_that_keeps_failing_stops_the_run_saying_why(tmp_path: Path) -> None:
+    env_file = tmp_path / "flaky.py"
+    env_file.write_text(FAILING_ENV)
+    out = run_cli(*SHORT, "environment.name=flaky", f"environment.file={env_file}", "reward_policy.min_calls=16",
+                  env={"UNIRL_RUNS_DIR": str(tmp_path / "runs")}, cwd=tmp_path)
+    assert out.returncode != 0
+    assert "environment episodes failed" in out.stderr and "above reward_policy.max_error_rate" in out.stderr
+    [run_dir] = run_dirs(tmp_path / "runs")
+    records = read_jsonl(run_dir / "trajectories.jsonl")
+    assert records and all(r["error_kinds"]["environment"] == "exception" for r in records)
+    assert "RuntimeError: grader unavailable" in records[0]["episode"]["traceback"]
+    assert all(r["scores"]["environment"] is None for r in records)  # no fake zero

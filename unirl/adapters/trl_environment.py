@@ -1,0 +1,176 @@
+"""Episodes of a unirl environment as TRL's ``rollout_func`` (GRPOTrainer, TRL 1.16 grpo_trainer.py:2200-2272).
+
+TRL hands the function the batch's prompts, each already repeated once per sample of its group, and takes back per
+episode the prompt's token ids, the completion's (every assistant turn and every observation between them, in
+order) and ``env_mask`` (1 under a token the model generated, 0 under an observation's: no loss). Every other key
+reaches the reward functions per completion (L2741-2748): ``env_return`` (None for a failed episode) and
+``env_episode`` (the whole episode, for trajectories.jsonl).
+
+Token in, token out: each turn's tokens are appended as generated (its end-of-sequence token kept), never decoded
+and encoded again; an observation is rendered through the chat template the prompt used (the text a template adds
+after a message, as TRL's own tool loop takes it, L1893-1943) and tokenized alone. ``algorithm.max_new_tokens`` is
+the whole episode's completion budget, observations included, as ``max_completion_length`` is in TRL's own tool loop
+(L2044-2070): each turn may generate what is left of it. A turn that runs out of budget before its end-of-sequence
+token ends the episode as truncated; so does an observation that leaves no budget, or no room in the model's
+context, for another turn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from unirl.environments.contract import EnvironmentSpec, Message, Task
+from unirl.environments.episode import Episode, EpisodeRunner
+
+DUMMY_TURNS: list[Message] = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+
+
+def episode_seed(run_seed: int, batch: int, index: int) -> int:
+    """A seed of its own for every episode of a run (the samples of one prompt included), the same on a rerun."""
+    digest = hashlib.sha256(f"{run_seed}:{batch}:{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+@dataclass
+class EpisodeTokens:
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    episode: Episode | None = None
+
+
+def episode_record(item: EpisodeTokens) -> dict[str, Any] | None:
+    """The episode for trajectories.jsonl, with its token masks summarised: tokens the model generated (trained) and
+    tokens the environment added (masked)."""
+    if item.episode is None:
+        return None
+    model_tokens = sum(item.env_mask)
+    return {**item.episode.to_dict(), "tokens": {"model": model_tokens,
+                                                 "environment": len(item.env_mask) - model_tokens}}
+
+
+class TrlEpisodes:
+    """Runs batches of episodes of one environment with a transformers model (generation batched across the
+    episodes still running, turn by turn)."""
+
+    def __init__(self, spec: EnvironmentSpec, kwargs: Mapping[str, Any], *, tok: Any, rows_by_prompt: dict[str, Any],
+                 chat_template: bool, max_new_tokens: int, temperature: float, top_p: float, timeout_s: float,
+                 max_turns: int | None, run_seed: int, eos_ids: set[int], suppress: list[int] | None) -> None:
+        self.spec = spec
+        self.kwargs = dict(kwargs)
+        self.tok = tok
+        self.rows_by_prompt = rows_by_prompt
+        self.chat_template = chat_template
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.timeout_s = timeout_s
+        self.max_turns = max_turns
+        self.run_seed = run_seed
+        self.eos_ids = eos_ids
+        self.suppress = suppress
+        self.batches = 0
+
+    # --- rendering -------------------------------------------------------------------------------------------------
+
+    def prompt_text(self, messages: list[Message]) -> str:
+        if self.chat_template:
+            return str(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+        return "".join(str(m.get("content", "")) for m in messages)
+
+    def observation_ids(self, messages: list[Message]) -> list[int]:
+        """The tokens an observation adds after an assistant turn: what the chat template renders after the turn
+        (with the next turn's generation prompt), or the messages' text without a template."""
+        if self.chat_template:
+            before = str(self.tok.apply_chat_template(DUMMY_TURNS, tokenize=False))
+            after = str(self.tok.apply_chat_template(DUMMY_TURNS + messages, tokenize=False,
+                                                     add_generation_prompt=True))
+            text = after[len(before):] if after.startswith(before) else after
+        else:
+            text = "".join(str(m.get("content", "")) for m in messages)
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def task_for(self, prompt: Any, seed: int) -> Task:
+        key = prompt if isinstance(prompt, str) else repr(prompt)
+        row = self.rows_by_prompt.get(key, {})
+        return Task(prompt=prompt if isinstance(prompt, str) else tuple(dict(m) for m in prompt),
+                    reference=row.get("reference"), metadata=dict(row.get("metadata") or {}), seed=seed)
+
+    # --- the loop --------------------------------------------------------------------------------------------------
+
+    def run(self, model: Any, prompts: list[Any], seeds: list[int], *, greedy: bool) -> list[EpisodeTokens]:
+        import torch
+
+        runners = [EpisodeRunner(self.spec, self.kwargs, self.task_for(p, s), timeout_s=self.timeout_s,
+                                 max_turns=self.max_turns) for p, s in zip(prompts, seeds, strict=True)]
+        out: list[EpisodeTokens] = []
+        active: list[int] = []
+        for i, runner in enumerate(runners):
+            opening = runner.start()
+            text = self.prompt_text(opening if opening is not None else [{"role": "user", "content": ""}])
+            out.append(EpisodeTokens(list(self.tok(text)["input_ids"])))
+            if opening is not None:
+                active.append(i)
+        context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
+        stop = sorted(self.eos_ids)
+        was_training = model.training
+        model.eval()
+        try:
+            while active:
+                left = [self.max_new_tokens - len(out[i].completion_ids) for i in active]
+                sequences = [out[i].prompt_ids + out[i].completion_ids for i in active]
+                width = max(map(len, sequences))
+                pad = self.tok.pad_token_id
+                ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences], device=model.device)
+                mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], device=model.device)
+                with torch.no_grad():
+                    generated = model.generate(
+                        input_ids=ids, attention_mask=mask, max_new_tokens=max(left), do_sample=not greedy,
+                        temperature=None if greedy else self.temperature, top_p=None if greedy else self.top_p,
+                        top_k=None, suppress_tokens=self.suppress, pad_token_id=pad, eos_token_id=stop)
+                still: list[int] = []
+                for i, budget, new in zip(active, left, generated[:, width:].tolist(), strict=True):
+                    new = new[:budget]  # a batch generates to the longest budget left; each keeps its own
+                    end = next((k for k, t in enumerate(new) if t in self.eos_ids), None)
+                    turn = new if end is None else new[:end + 1]  # the end-of-sequence token stays in the sequence
+                    item = out[i]
+                    item.completion_ids += turn
+                    item.env_mask += [1] * len(turn)
+                    action = self.tok.decode(turn if end is None else turn[:-1], skip_special_tokens=True)
+                    answer = runners[i].act(action, truncated=end is None)
+                    if answer is None:
+                        continue
+                    observed = self.observation_ids(answer)
+                    used = len(item.prompt_ids) + len(item.completion_ids) + len(observed)
+                    if len(item.completion_ids) + len(observed) >= self.max_new_tokens or (
+                            context is not None and used >= context):
+                        runners[i].truncate()  # no budget left for another turn: the episode ends here
+                        continue
+                    item.completion_ids += observed
+                    item.env_mask += [0] * len(observed)
+                    still.append(i)
+                active = still
+        finally:
+            model.train(was_training)
+        for item, runner in zip(out, runners, strict=True):
+            item.episode = runner.finish()
+            if not item.completion_ids:  # an episode that failed before its first turn: nothing to train on
+                item.completion_ids, item.env_mask = [stop[0]], [0]
+        return out
+
+    def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        """TRL's ``rollout_func(prompts, trainer)``: one episode per prompt (prompts come repeated per sample)."""
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        self.batches += 1
+        seeds = [episode_seed(self.run_seed, self.batches, i) for i in range(len(prompts))]
+        items = self.run(model, prompts, seeds, greedy=False)
+        episodes = [item.episode for item in items]
+        return {"prompt_ids": [item.prompt_ids for item in items],
+                "completion_ids": [item.completion_ids for item in items],
+                "logprobs": None,  # read only by vLLM's importance-sampling correction, which this loop does not use
+                "env_mask": [item.env_mask for item in items],
+                "env_return": [None if e is None or e.failed else e.return_ for e in episodes],
+                "env_episode": [episode_record(item) for item in items]}

@@ -1,0 +1,1 @@
+"""unirl's own environments (registered lazily by :mod:`.plugin`)."""
