@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from unirl.adapters.common import trajectory_record
+from unirl.environments.episode import ErrorKind
 from unirl.errors import UnirlError
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardExecutor, error_metrics
@@ -154,7 +155,7 @@ def episode_metrics(episodes: list[dict[str, Any] | None]) -> dict[str, float]:
            "env/errors": sum(1 for e in done if e["error_kind"]) / len(done)}
     for key in sorted({k for e in done for k in e["metrics"]}):
         out[f"env/{key}"] = sum(e["metrics"].get(key, 0.0) for e in done) / len(done)
-    for kind in ("exception", "timeout", "invalid"):
+    for kind in get_args(ErrorKind):
         out[f"env/errors/{kind}"] = sum(1 for e in done if e["error_kind"] == kind) / len(done)
     return out
 

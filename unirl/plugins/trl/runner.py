@@ -296,12 +296,16 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
     finally:
         tok.padding_side = padding_side
         model.train(was_training)
+    return eval_summary(records, accuracy_reward), records
+
+
+def eval_summary(records: list[dict[str, Any]], accuracy_reward: str) -> dict[str, Any]:
+    """A held-out evaluation's summary line (eval.jsonl) from its records, with or without an environment."""
     n = len(records)
     solved = sum(r["solved"] for r in records)
-    summary = {"n": n, "solved": solved, "accuracy": solved / n if n else float("nan"),
-               "reward_mean": finite_mean([r["total"] for r in records]) or 0.0,
-               "distinct_completions": len({r["completion"] for r in records}), "accuracy_reward": accuracy_reward}
-    return summary, records
+    return {"n": n, "solved": solved, "accuracy": solved / n if n else float("nan"),
+            "reward_mean": finite_mean([r["total"] for r in records]) or 0.0,
+            "distinct_completions": len({r["completion"] for r in records}), "accuracy_reward": accuracy_reward}
 
 
 def environment_episodes(host: Host, recipe: Recipe, tok: Any, rows: list[dict[str, Any]], stop_ids: set[int],
@@ -362,13 +366,8 @@ def evaluate_episodes(model: Any, episodes: TrlEpisodes, rows: list[dict[str, An
                         "solved": hit and value is not None, "total": total,
                         "scores": {"environment": value, **scored.scores}, "components": scored.components,
                         "errors": scored.errors, "episode": episode.to_dict() if episode else None})
-    n = len(records)
-    solved = sum(r["solved"] for r in records)
-    summary = {"n": n, "solved": solved, "accuracy": solved / n if n else float("nan"),
-               "reward_mean": finite_mean([r["total"] for r in records]) or 0.0,
-               "distinct_completions": len({r["completion"] for r in records}),
-               "accuracy_reward": recipe.eval.accuracy_reward or "environment",
-               "episode_errors": sum(1 for r in records if r["episode"] is None or r["episode"]["error_kind"])}
+    summary = eval_summary(records, recipe.eval.accuracy_reward or "environment")
+    summary["episode_errors"] = sum(1 for r in records if r["episode"] is None or r["episode"]["error_kind"])
     return summary, records
 
 
