@@ -36,10 +36,12 @@ case "$backend" in
     verl)
         # verl lists hydra-core unpinned (omegaconf comes with it); unirl's core needs hydra-core>=1.3.2,<1.4 and
         # omegaconf>=2.3,<2.4. Stating both here keeps one resolution for the two (1.3.8 / 2.3.1 today).
-        # verl's reward path (verl.trainer.ppo.reward, the reward loop) needs nothing beyond plain `verl`:
-        # TransferQueue / cachetools (the verl-core extra) are only for launching main_ppo.
+        # verl's reward path (verl.trainer.ppo.reward, the reward loop) needs nothing beyond plain `verl`; its agent-loop
+        # layer (verl.experimental.agent_loop, which unirl's environment loop runs in) imports cachetools, fastapi and
+        # uvicorn (verl/workers/rollout/router.py, llm_server.py), which verl does not declare.
         # math-verify is verl's own `math` extra: the scorer verl users run, used by benchmarks/reward_throughput.py.
-        backend_reqs=("verl==0.9.1" "hydra-core>=1.3.2,<1.4" "omegaconf>=2.3,<2.4" "math-verify>=0.9")
+        backend_reqs=("verl==0.9.1" "hydra-core>=1.3.2,<1.4" "omegaconf>=2.3,<2.4" "math-verify>=0.9" "cachetools"
+                      "fastapi" "uvicorn")
         ;;
     openrlhf)
         # OpenRLHF 0.11.2 declares flash-attn==2.8.3 (an sdist whose build needs CUDA) and, as extras, vllm==0.29.0

@@ -19,15 +19,32 @@ SHORT = ("recipe=grpo_tool", "algorithm.steps=4", "algorithm.prompts_per_step=4"
 
 # --- planning (no training) ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("framework", ["verl", "openrlhf", "nemo_rl", "slime", "vime"])
+@pytest.mark.parametrize("framework", ["nemo_rl", "slime", "vime"])
 def test_backends_without_an_environment_loop_refuse_one_by_field(framework: str, isolated: Path) -> None:
     out = run_cli("plan", "recipe=grpo_tool", f"framework={framework}", cwd=isolated)
     assert out.returncode == 2, out.stdout[-2000:]
-    assert "environment.name='lookup': not supported by" in out.stderr and "TRL's rollout_func only" in out.stderr
+    # the rollout-engine registry has no episode loop for the backend (its mapping row says the same in unirl diff)
+    assert f"environment.name='lookup': null on {framework}: no rollout engine runs environments there" in out.stderr
+
+
+@pytest.mark.parametrize(("framework", "native_key", "files"), [
+    ("verl", "actor_rollout_ref.rollout.agent.agent_loop_config_path", {"agent_loops.yaml", "environment_spec.json"}),
+    ("openrlhf", "train.agent_func_path", {"openrlhf_agent.py", "environment_spec.json"}),
+])
+def test_verl_and_openrlhf_plan_their_episode_loop_and_say_what_it_loses(framework: str, native_key: str,
+                                                                         files: set[str], isolated: Path) -> None:
+    out = run_cli("plan", "recipe=grpo_tool", f"framework={framework}", "data.chat_template=true", "--json",
+                  cwd=isolated)
+    assert out.returncode == 0, out.stderr[-2000:]
+    plan = json.loads(out.stdout)
+    rows = {(r["recipe_field"], r["native_key"]): r for r in plan["mapping"]}
+    assert ("environment.name", native_key) in rows
+    assert files <= set(plan["files"])
+    assert any("per-turn rewards reach the advantage as their sum" in n for n in plan["notes"])
 
 
 @pytest.mark.parametrize(("setting", "says"), [
-    ("rollout.engine=vllm", "environment.name='lookup': not supported by trl"),
+    ("rollout.engine=vllm", "rollout.engine='vllm': one of ['hf'] on trl"),
     ("algorithm=rloo", "RLOOTrainer 1.16 takes no rollout_func"),
     ("environment.name=lookupp", "a registered environment"),
     ("environment.max_turns=0", "environment.max_turns"),
@@ -159,3 +176,21 @@ def test_an_environment_that_keeps_failing_stops_the_run_saying_why(tmp_path: Pa
     assert records and all(r["error_kinds"]["environment"] == "exception" for r in records)
     assert "RuntimeError: grader unavailable" in records[0]["episode"]["traceback"]
     assert all(r["scores"]["environment"] is None for r in records)  # no fake zero
+
+
+def test_environment_kwargs_its_constructor_does_not_take_are_refused_at_plan_time(isolated: Path) -> None:
+    out = run_cli("plan", "recipe=grpo_tool", "+environment.kwargs.tools=true", cwd=isolated)
+    assert out.returncode == 2
+    assert "environment.kwargs=" in out.stderr and "the arguments 'lookup' takes (tool, keyed)" in out.stderr
+
+
+def test_episode_failures_abort_on_a_late_burst_over_the_recent_window() -> None:
+    from unirl.adapters.common import EpisodeFailures
+    from unirl.errors import UnirlError
+    from unirl.rewards.spec import RewardPolicy
+
+    failures = EpisodeFailures(RewardPolicy(on_error="fallback", max_error_rate=0.2, min_calls=10, error_window=10))
+    failures.check([1.0] * 1000)  # a long healthy run
+    failures.check([None, None])  # 2 of the last 10: at the limit, not above it
+    with pytest.raises(UnirlError, match="3 of the last 10 environment episodes failed"):
+        failures.check([None])  # 3 of the last 10, though only 3 of 1003 overall

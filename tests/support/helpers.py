@@ -57,10 +57,10 @@ def backend_python(backend: str) -> Path:
     return python
 
 
-def run_harness(backend: str, *args: str, env: dict[str, str] | None = None,
-                timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """A tests/backends/<backend>_harness.py script, in that backend's own venv."""
-    script = REPO / "tests" / "backends" / f"{backend}_harness.py"
+def run_harness(backend: str, *args: str, env: dict[str, str] | None = None, timeout: float = 600,
+                script_name: str | None = None) -> subprocess.CompletedProcess[str]:
+    """A tests/backends/<backend>_harness.py script (or ``script_name``), in that backend's own venv."""
+    script = REPO / "tests" / "backends" / (script_name or f"{backend}_harness.py")
     return subprocess.run([str(backend_python(backend)), str(script), *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
 

@@ -24,6 +24,7 @@ response_dataset.py:54-85, processors.py:389-392 @ v0.7.0): their records stay s
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import json
 import math
@@ -35,13 +36,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from unirl.errors import UnirlError
 from unirl.host.calls import LifecycleCalls
 from unirl.host.loading import backend_plugin_manager, own_version
 from unirl.record.layout import PLAN, ROLE_SCORER, RunInfo
 from unirl.record.run_recorder import RunRecorder
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardAbort, RewardExecutor, ScoredSample
-from unirl.rewards.spec import RewardRuntimeSpec
+from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec
 
 SPEC_ENV = "UNIRL_REWARD_SPEC"
 ERRORS_KEY = "unirl/reward_errors"
@@ -101,11 +103,14 @@ class BackendRewards:
         atexit.register(self.end)  # a backend process ends without telling its reward function
 
     def score(self, samples: list[Sample], origins: Sequence[Mapping[str, Any] | None] | None = None,
-              in_order: bool = True) -> list[ScoredSample]:
+              in_order: bool = True,
+              episodes: Sequence[tuple[float | None, dict[str, Any] | None]] | None = None) -> list[ScoredSample]:
         """Score, record every sample (with errors and tracebacks), then apply the policy (may raise RewardAbort).
 
         ``origins``: per sample, the row metadata the backend passed (None: the backend passes none); each record is
-        tagged with its step or as eval where it identifies a row (:func:`row_tags`; ``in_order`` as there)."""
+        tagged with its step or as eval where it identifies a row (:func:`row_tags`; ``in_order`` as there).
+        ``episodes``: per sample, the environment episode it is the transcript of, as ``(return or None when the
+        episode failed, its record)``, kept in the sample's own record (:func:`merge_episode`)."""
         scored = self.executor.score(samples)
         pid = os.getpid()
         records = []
@@ -119,6 +124,8 @@ class BackendRewards:
                 else:
                     tags = found
             records.append(trajectory_record(sample, result, backend=self.backend, pid=pid, **tags))
+            if episodes is not None:
+                merge_episode(records[-1], *episodes[i])
         steps = {r["step"] for r in records}
         self.recorder.rollouts_scored(steps.pop() if len(steps) == 1 else None, records)
         try:
@@ -189,6 +196,49 @@ def trajectory_record(sample: Sample, scored: ScoredSample, **extra: Any) -> dic
     return record
 
 
+ENVIRONMENT = "environment"
+"""The episode's return, as a reward column beside the recipe's rewards."""
+
+
+def merge_episode(record: dict[str, Any], value: float | None, episode: dict[str, Any] | None) -> None:
+    """A scored transcript's record with its episode: the return as the ``environment`` score (added to the total),
+    the episode turn by turn, and a failed episode as an error of its kind, never a zero score."""
+    record["scores"] = {ENVIRONMENT: value, **record["scores"]}
+    record["total"] = record["total"] + (value or 0.0)
+    record["episode"] = episode
+    if value is None:
+        record["errors"] = {**record["errors"], ENVIRONMENT: (episode or {}).get("error") or "failed"}
+        record["error_kinds"] = {**record.get("error_kinds", {}),
+                                 ENVIRONMENT: (episode or {}).get("error_kind") or "exception"}
+
+
+class EpisodeFailures:
+    """Failed episodes under the reward policy: abort at the first with ``on_error=abort``, or when more than
+    ``max_error_rate`` of the last ``error_window`` episodes failed (from ``min_calls`` episodes on), as failing
+    reward calls would."""
+
+    def __init__(self, policy: RewardPolicy) -> None:
+        self.policy = policy
+        self.episodes = 0
+        self.failed = 0
+        self.recent: collections.deque[bool] = collections.deque(maxlen=max(1, policy.error_window))
+
+    def check(self, returns: Sequence[float | None]) -> None:
+        policy = self.policy
+        for value in returns:
+            self.episodes += 1
+            self.failed += value is None
+            self.recent.append(value is None)
+        if policy.on_error == "abort" and self.failed:
+            raise UnirlError(f"{self.failed} environment episodes failed (reward_policy.on_error=abort); "
+                             "trajectories.jsonl holds each episode's error and traceback")
+        failed, seen = sum(self.recent), len(self.recent)
+        if self.episodes >= policy.min_calls and failed / seen > policy.max_error_rate:
+            raise UnirlError(f"{failed} of the last {seen} environment episodes failed ({failed / seen:.1%}), "
+                             f"above reward_policy.max_error_rate={policy.max_error_rate}; trajectories.jsonl holds "
+                             "each episode's error and traceback")
+
+
 def _num(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
@@ -201,8 +251,6 @@ def runtime_for(backend: str, spec_path: str | None = None) -> BackendRewards:
     """The process-wide runtime for a spec file (``spec_path`` or ``$UNIRL_REWARD_SPEC``), built once."""
     path = spec_path or os.environ.get(SPEC_ENV)
     if not path:
-        from unirl.errors import UnirlError
-
         raise UnirlError(f"the unirl {backend} reward adapter needs the run's reward specification: set {SPEC_ENV} "
                          "to its JSON file (unirl's plan does this)")
     key = (backend, os.path.abspath(path))

@@ -15,13 +15,10 @@ import math
 from collections.abc import Callable
 from typing import Any, get_args
 
-from unirl.adapters.common import trajectory_record
+from unirl.adapters.common import ENVIRONMENT, EpisodeFailures, merge_episode, trajectory_record
 from unirl.environments.episode import ErrorKind
-from unirl.errors import UnirlError
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardExecutor, error_metrics
-
-ENVIRONMENT = "environment"
 
 
 def text_of(value: Any) -> str:
@@ -37,8 +34,7 @@ class TrlRewardAdapter:
         self.executor = executor
         self.environment = environment
         self.names = [*([ENVIRONMENT] if environment else []), *executor.spec.names]
-        self.episodes = 0
-        self.failed_episodes = 0
+        self.failures = EpisodeFailures(executor.spec.policy)
         self.eos_ids = eos_ids
         self.mini_batches = mini_batches
         self.on_scored = on_scored
@@ -58,19 +54,7 @@ class TrlRewardAdapter:
         return reward_column
 
     def check_episode_policy(self, returns: list[float | None]) -> None:
-        """Abort the run when episodes fail at a rate above ``reward_policy.max_error_rate`` (from ``min_calls``
-        episodes on), as failing reward calls would."""
-        policy = self.executor.spec.policy
-        self.episodes += len(returns)
-        self.failed_episodes += sum(1 for r in returns if r is None)
-        if policy.on_error == "abort" and self.failed_episodes:
-            raise UnirlError(f"{self.failed_episodes} environment episodes failed (reward_policy.on_error=abort); "
-                             "trajectories.jsonl holds each episode's error and traceback")
-        rate = self.failed_episodes / self.episodes
-        if self.episodes >= policy.min_calls and rate > policy.max_error_rate:
-            raise UnirlError(f"{self.failed_episodes} of {self.episodes} environment episodes failed ({rate:.1%}), "
-                             f"above reward_policy.max_error_rate={policy.max_error_rate}; trajectories.jsonl holds "
-                             "each episode's error and traceback")
+        self.failures.check(returns)
 
     def samples(self, prompts: list[Any], completions: list[Any], completion_ids: list[list[int]],
                 kwargs: dict[str, Any]) -> list[Sample]:
@@ -132,13 +116,7 @@ class TrlRewardAdapter:
         records = [trajectory_record(s, r, step=step) for s, r in zip(samples, scored, strict=True)]
         if self.environment:
             for record, value, episode in zip(records, returns, episodes, strict=True):
-                record["scores"] = {ENVIRONMENT: value, **record["scores"]}
-                record["total"] = record["total"] + (value or 0.0)
-                record["episode"] = episode
-                if value is None:
-                    record["errors"] = {**record["errors"], ENVIRONMENT: (episode or {}).get("error") or "failed"}
-                    record["error_kinds"] = {**record.get("error_kinds", {}),
-                                             ENVIRONMENT: (episode or {}).get("error_kind") or "exception"}
+                merge_episode(record, value, episode)
         self.on_scored(step, records)
         if self.environment:
             self.check_episode_policy(returns)

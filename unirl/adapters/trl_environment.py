@@ -19,37 +19,17 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from unirl.environments.contract import EnvironmentSpec, Message, Task
-from unirl.environments.episode import Episode, EpisodeRunner
-
-DUMMY_TURNS: list[Message] = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+from unirl.environments.contract import EnvironmentSpec, Task
+from unirl.environments.episode import EpisodeRunner
+from unirl.environments.tokens import ChatRendering, EpisodeTokens, episode_record
 
 
 def episode_seed(run_seed: int, batch: int, index: int) -> int:
     """A seed of its own for every episode of a run (the samples of one prompt included), the same on a rerun."""
     digest = hashlib.sha256(f"{run_seed}:{batch}:{index}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
-
-
-@dataclass
-class EpisodeTokens:
-    prompt_ids: list[int]
-    completion_ids: list[int] = field(default_factory=list)
-    env_mask: list[int] = field(default_factory=list)
-    episode: Episode | None = None
-
-
-def episode_record(item: EpisodeTokens) -> dict[str, Any] | None:
-    """The episode for trajectories.jsonl, with its token masks summarised: tokens the model generated (trained) and
-    tokens the environment added (masked)."""
-    if item.episode is None:
-        return None
-    model_tokens = sum(item.env_mask)
-    return {**item.episode.to_dict(), "tokens": {"model": model_tokens,
-                                                 "environment": len(item.env_mask) - model_tokens}}
 
 
 class TrlEpisodes:
@@ -63,7 +43,7 @@ class TrlEpisodes:
         self.kwargs = dict(kwargs)
         self.tok = tok
         self.rows_by_prompt = rows_by_prompt
-        self.chat_template = chat_template
+        self.rendering = ChatRendering(tok, chat_template=chat_template)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
@@ -73,25 +53,6 @@ class TrlEpisodes:
         self.eos_ids = eos_ids
         self.suppress = suppress
         self.batches = 0
-
-    # --- rendering -------------------------------------------------------------------------------------------------
-
-    def prompt_text(self, messages: list[Message]) -> str:
-        if self.chat_template:
-            return str(self.tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
-        return "".join(str(m.get("content", "")) for m in messages)
-
-    def observation_ids(self, messages: list[Message]) -> list[int]:
-        """The tokens an observation adds after an assistant turn: what the chat template renders after the turn
-        (with the next turn's generation prompt), or the messages' text without a template."""
-        if self.chat_template:
-            before = str(self.tok.apply_chat_template(DUMMY_TURNS, tokenize=False))
-            after = str(self.tok.apply_chat_template(DUMMY_TURNS + messages, tokenize=False,
-                                                     add_generation_prompt=True))
-            text = after[len(before):] if after.startswith(before) else after
-        else:
-            text = "".join(str(m.get("content", "")) for m in messages)
-        return list(self.tok(text, add_special_tokens=False)["input_ids"])
 
     def task_for(self, prompt: Any, seed: int) -> Task:
         key = prompt if isinstance(prompt, str) else repr(prompt)
@@ -110,8 +71,8 @@ class TrlEpisodes:
         active: list[int] = []
         for i, runner in enumerate(runners):
             opening = runner.start()
-            text = self.prompt_text(opening if opening is not None else [{"role": "user", "content": ""}])
-            out.append(EpisodeTokens(list(self.tok(text)["input_ids"])))
+            out.append(EpisodeTokens(self.rendering.prompt_ids(opening if opening is not None
+                                                              else [{"role": "user", "content": ""}])))
             if opening is not None:
                 active.append(i)
         context = int(getattr(model.config, "max_position_embeddings", 0) or 0) or None
@@ -143,7 +104,7 @@ class TrlEpisodes:
                     answer = runners[i].act(action, truncated=end is None)
                     if answer is None:
                         continue
-                    observed = self.observation_ids(answer)
+                    observed = self.rendering.observation_ids(answer)
                     used = len(item.prompt_ids) + len(item.completion_ids) + len(observed)
                     if len(item.completion_ids) + len(observed) >= self.max_new_tokens or (
                             context is not None and used >= context):

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from unirl.backend.environment import StagedPlugins
 from unirl.backend.plan import LaunchPlan, MappedField
+from unirl.environments.contract import EnvironmentSpec
 from unirl.errors import FieldError, Unsupported
 from unirl.recipe.fields import value_at
 from unirl.recipe.schema import Recipe
@@ -183,6 +184,8 @@ class RunInputs:
 
     rewards: RewardRuntimeSpec
     plugins: StagedPlugins = field(default_factory=lambda: StagedPlugins(()))
+    environment: EnvironmentSpec | None = None
+    """The registration of ``environment.name``, for a backend whose rollout engine runs it in its own processes."""
 
 
 @runtime_checkable

@@ -9,6 +9,7 @@ the command, notes, the data export format); nothing here knows a particular bac
 from __future__ import annotations
 
 import importlib.metadata as md
+import shutil
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,6 +30,8 @@ from unirl.backend.environment import (
 )
 from unirl.backend.export import export_path, write_export
 from unirl.backend.plan import BackendEnvironment, DataExport, LaunchPlan, MappedField, in_run_dir
+from unirl.environments.contract import EnvironmentSpec
+from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE, EnvironmentRuntimeSpec
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, recipe_from_dict
 from unirl.record.layout import NATIVE_CONFIG, PLAN, write_json
@@ -40,6 +43,7 @@ SPEC_PATH = in_run_dir(SPEC_FILE)
 """The run's reward specification, as the plan names it (every adapter reads it)."""
 CORE_PATH = in_run_dir(CORE_DIR)
 """The staged light core, as the plan names it (on the backend's PYTHONPATH)."""
+ENVIRONMENT_DIR = "environment"  # inside the run directory: a file-defined environment's copy
 CHECKPOINTS = in_run_dir("checkpoints")
 """Where every native backend is told to write its checkpoints."""
 # Always staged into the backend's environment: unirl's core, the built-in rewards, and pluggy (unirl's one
@@ -208,6 +212,8 @@ class NativeFramework:
             native_config=self.native_config(recipe, native, t.tables_version), mapping=rows,
             command=self.command(recipe, native, t.tables_version), env={"UNIRL_REWARD_SPEC": SPEC_PATH},
             files={SPEC_FILE: "<the run's reward specification (rewards, weights, kwargs, policy), written at launch>",
+                   **({ENVIRONMENT_SPEC_FILE: "<the run's environment (class, kwargs, limits), written at launch>"}
+                      if recipe.environment.name else {}),
                    **self.extra_files(recipe), **(BUILTIN_MODEL_FILES if builtin else {})},
             in_process=False, notes=[*t.notes, *self.notes(recipe), *([BUILTIN_MODEL_NOTE] if builtin else [])],
             recipe=asdict(recipe), data=self.data_exports(recipe), environment=self.environment(recipe),
@@ -389,8 +395,12 @@ class NativeFramework:
         log = str(run_dir / sampling.file_name()) if recipe.logging.trajectories else None
         spec = replace(spec, trajectory_log=log, trajectory_per_group=sampling.per_group)
         packages = [*CORE_PACKAGES, *user_reward_packages(spec)]
+        if inputs.environment is not None and recipe.environment.name:
+            packages += [p for p in environment_packages(inputs.environment) if p not in packages]
         stage_plugins(stage_light_core(run_dir / CORE_DIR, packages), inputs.plugins)
         spec.write(run_dir / SPEC_FILE)
+        if inputs.environment is not None and recipe.environment.name:
+            write_environment_spec(recipe, inputs.environment, run_dir)
         for export in resolved.data:
             write_export(recipe, export)
         if recipe.model.path.startswith(BUILTIN_PREFIX):
@@ -405,6 +415,29 @@ class NativeFramework:
 
     def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
         """Plugin-specific files (a reward module, a config file); the plan's ``files`` say which."""
+
+
+def environment_packages(env: EnvironmentSpec) -> list[str]:
+    """The top-level package an environment's class comes from, when the backend's processes import it by name (an
+    installed plugin's); an environment from a file is copied instead (:func:`write_environment_spec`)."""
+    top = env.module.split(".")[0]
+    return [top] if package_dir(top) is not None and env.module in sys.modules and not env.file_only else []
+
+
+def write_environment_spec(recipe: Recipe, env: EnvironmentSpec, run_dir: Path) -> Path:
+    """The environment as the backend's rollout engine reads it (:class:`EnvironmentRuntimeSpec`), with a file-defined
+    environment's file copied into the run directory, so every process (a container's too) loads the same code."""
+    file = None
+    if env.file_only and env.file:
+        folder = run_dir / ENVIRONMENT_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        file = str(shutil.copy2(env.file, folder / Path(env.file).name))
+    settings, template = recipe.environment, recipe.data.chat_template
+    runtime = EnvironmentRuntimeSpec.of(env, kwargs=dict(settings.kwargs), max_turns=settings.max_turns,
+                                        timeout_s=settings.timeout_s, max_new_tokens=recipe.algorithm.max_new_tokens,
+                                        chat_template=template if isinstance(template, bool) else None,
+                                        reward_spec=str(run_dir / SPEC_FILE))
+    return replace(runtime, file=file).write(run_dir / ENVIRONMENT_SPEC_FILE)
 
 
 def reward_paths(recipe: Recipe) -> list[str]:
@@ -455,5 +488,6 @@ def no_environment(seam: str) -> Mapping:
     not drive yet: refused by field, so a recipe with an environment never runs single-turn silently."""
     return Mapping("environment.name", "(no environment)", lambda r: OMIT,
                    supported=lambda r: r.environment.name is None,
-                   supported_text=f"null: unirl drives environments through TRL's rollout_func only; this backend's "
-                                  f"seam ({seam}) has no unirl rollout engine yet")
+                   supported_text=f"null: unirl runs environments on TRL (rollout_func), verl (agent loop) and "
+                                  f"OpenRLHF (agent executor); this backend's seam ({seam}) has no unirl rollout "
+                                  "engine yet")

@@ -252,6 +252,11 @@ def check_final(value: Any, env: type[Environment]) -> float:
     return number
 
 
+# The module names unirl gives files it loads as plugins (unirl.rewards.spec.load_reward_file,
+# unirl.host.loading): such a module cannot be imported by name in another process.
+FILE_MODULE_PREFIXES = ("unirl_reward_file_", "unirl_local_plugin_")
+
+
 @dataclass(frozen=True)
 class EnvironmentSpec:
     """A registered environment: its class plus where it came from."""
@@ -267,6 +272,11 @@ class EnvironmentSpec:
     @property
     def ref(self) -> str:
         return f"{self.module}:{self.qualname}"
+
+    @property
+    def file_only(self) -> bool:
+        """Defined in a file loaded as a plugin (``environment.file``, a unirlfile.py): not importable by name."""
+        return self.module.startswith(FILE_MODULE_PREFIXES) or self.module == "__main__"
 
     @property
     def tools(self) -> dict[str, Callable[..., Any]]:

@@ -9,9 +9,10 @@ This is the one place where the recipe meets the plugin manager: :mod:`unirl.rec
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,14 @@ def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:
     """Validate the recipe and translate it with its framework's plugin (pure: nothing is launched). The plan's
     ``recipe`` is the one its backend runs: every ``auto`` field resolved (:mod:`unirl.backend.auto`)."""
     check(host, recipe)
-    return host.frameworks.get(recipe.framework["name"]).plan(recipe)
+    plan = host.frameworks.get(recipe.framework["name"]).plan(recipe)
+    if recipe.environment.name:  # what the engine's episode loop loses on this backend, from the engine registry
+        engine = host.rollout_engines.get(str(plan.recipe["rollout"]["engine"]))
+        lost = engine.episodes_lose.get(plan.framework)
+        if lost:
+            plan = replace(plan, notes=[*plan.notes, f"environment {recipe.environment.name!r} on {plan.framework} "
+                                                     f"through {engine.episodes[plan.framework]}: {lost}"])
+    return plan
 
 
 def check(host: Host, recipe: Recipe) -> None:
@@ -122,7 +130,7 @@ def check(host: Host, recipe: Recipe) -> None:
     register_reward_files(recipe, host.rewards)
     validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
              more=[*data_problems(recipe), *tracker_install_problems(host, recipe),
-                   *environment_problems(host, recipe)])
+                   *environment_problems(host, recipe), *engine_episode_problems(host, recipe)])
     warn_toy_settings(recipe)  # a valid recipe that is the toy's with a real model: say so, once
 
 
@@ -198,7 +206,37 @@ def environment_problems(host: Host, recipe: Recipe) -> list[FieldError]:
                            f"a registered environment: {host.environments.names() or 'none is registered'}")]
     if env.name is None and (env.file or env.kwargs or env.max_turns is not None):
         return [FieldError("environment.name", None, "set with environment.file, kwargs or max_turns")]
+    if env.name is not None:
+        # every episode constructs the environment with these: a wrong name fails here, not as every episode's error
+        signature = inspect.signature(host.environments.get(env.name).cls)
+        try:
+            signature.bind(**env.kwargs)
+        except TypeError as exc:
+            takes = ", ".join(signature.parameters) or "none"
+            return [FieldError("environment.kwargs", dict(env.kwargs),
+                               f"the arguments {env.name!r} takes ({takes}): {exc}; a recipe's kwargs merge into "
+                               "the base recipe's, so remove one with ~environment.kwargs.NAME")]
     return []
+
+
+def engine_episode_problems(host: Host, recipe: Recipe) -> list[FieldError]:
+    """An environment needs a rollout engine that runs episodes on the recipe's backend (the engine registry's
+    ``episodes``), so a recipe with an environment never runs single-turn silently."""
+    backend, engine = recipe.framework.get("name"), recipe.rollout.engine
+    if not recipe.environment.name or engine not in host.rollout_engines:
+        return []
+    if backend in host.rollout_engines.get(engine).episodes:
+        return []
+    offering = [f"{name} on {', '.join(sorted(e.episodes))}" for name in host.rollout_engines.names()
+                if (e := host.rollout_engines.get(name)).episodes]
+    others = [name for name in host.rollout_engines.names() if backend in host.rollout_engines.get(name).episodes]
+    registered = "; ".join(offering) or "none"
+    if not others:
+        return [FieldError("environment.name", recipe.environment.name,
+                           f"null on {backend}: no rollout engine runs environments there yet (engines that run "
+                           f"episodes: {registered})")]
+    return [FieldError("rollout.engine", engine, f"one of {others} on {backend} with environment.name="
+                       f"{recipe.environment.name!r} (engines that run episodes: {registered})")]
 
 
 def spec_from_recipe(recipe: Recipe, registry: Registry[RewardFunction], *, can_exclude: bool) -> RewardRuntimeSpec:
@@ -218,7 +256,9 @@ def run_inputs(host: Host, plan: LaunchPlan) -> RunInputs:
     framework = host.frameworks.get(plan.framework)
     recipe = recipe_from_dict(plan.recipe)
     spec = spec_from_recipe(recipe, host.rewards, can_exclude=framework.capabilities.can_exclude_rewards)
-    return RunInputs(rewards=spec, plugins=host.backend_plugins())
+    name = recipe.environment.name
+    environment = host.environments.get(name) if name and name in host.environments else None
+    return RunInputs(rewards=spec, plugins=host.backend_plugins(), environment=environment)
 
 
 def prepare_run(host: Host, plan: LaunchPlan, run_dir: Path) -> LaunchPlan:

@@ -36,11 +36,11 @@ from unirl.backend.native import (
     micro_batch,
     micro_batch_note,
     model_location,
-    no_environment,
     prompt_budget,
     prompt_budget_note,
 )
 from unirl.backend.plan import RUN_DIR, LaunchPlan, in_run_dir
+from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.errors import FieldError, UnirlError, Unsupported
 from unirl.recipe.schema import Recipe
 from unirl.record.metrics_bridge import TB_DIR
@@ -65,6 +65,7 @@ CAPABILITIES = Capabilities(
 )
 SUPPORTED_VERSIONS = ">=0.10.2,<0.12"
 REWARD_FILE = "openrlhf_reward.py"
+AGENT_FILE = "openrlhf_agent.py"
 EXPORT_FORMAT = "openrlhf_jsonl"
 
 KL_ESTIMATOR = {"k1": "k1", "k2": "k2", "k3": "k3", "low_var_kl": "k3"}
@@ -368,8 +369,10 @@ MAPPING: tuple[Mapping, ...] = (
             "exported by unirl as JSONL {input, label, datasource}", native_default=None, inverse=train_from),
     Mapping("data.prompt_key", "data.input_key", lambda r: "input", native_default="input", inverse=prompt_key_from),
     Mapping("data.answer_key", "data.label_key", lambda r: "label", native_default=None, inverse=answer_key_from),
-    Mapping("data.chat_template", "data.apply_chat_template", lambda r: store_true(r.data.chat_template is True),
-            native_default=False),
+    # With an environment, unirl's agent renders the episode (the opening through the environment's reset) with the
+    # template, so OpenRLHF hands the agent the row's own prompt.
+    Mapping("data.chat_template", "data.apply_chat_template",
+            lambda r: store_true(r.data.chat_template is True and not r.environment.name), native_default=False),
     Mapping("data.eval", "eval.dataset", lambda r: export_path("eval", EXPORT_FORMAT) if r.data.eval else OMIT,
             native_default=None, inverse=eval_from),
     Mapping("eval.every_steps", "eval.steps",
@@ -425,7 +428,9 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("resources.nodes", "ref.num_nodes", lambda r: r.resources.nodes, native_default=1),
     Mapping("resources.gpus_per_node", "ref.num_gpus_per_node", train_gpus_per_node, native_default=8,
             inverse=gpus_from),
-    Mapping("rewards", "reward.remote_url", lambda r: in_run_dir(REWARD_FILE),
+    # With an environment, the agent scores each episode (the recipe's rewards included) and OpenRLHF replaces
+    # remote_url with "agent" anyway (openrlhf/cli/train_ppo_ray.py:636-637 @ 0.11.2).
+    Mapping("rewards", "reward.remote_url", lambda r: OMIT if r.environment.name else in_run_dir(REWARD_FILE),
             "generated at launch: unirl's reward_func, reading the run's reward spec", native_default=None),
     Mapping("run.checkpoint_every", "ckpt.save_steps", lambda r: r.run.checkpoint_every or -1, native_default=-1,
             inverse=save_steps_from),
@@ -438,7 +443,13 @@ MAPPING: tuple[Mapping, ...] = (
     # train/<key> and eval/<key> at global_step; unirl's follower reads every event file under it.
     Mapping("logging.every_steps", "logger.tensorboard_dir", lambda r: in_run_dir(TB_DIR),
             "OpenRLHF's TensorBoard events, which unirl's follower reads into metrics.jsonl", native_default=None),
-    no_environment("--train.agent_func_path with an AgentExecutor"),
+    # OpenRLHF's MultiTurnAgentExecutor over unirl's AgentInstance (unirl/adapters/openrlhf_agent.py), loaded in
+    # every vLLM engine actor (openrlhf/trainer/ray/vllm_engine.py:19-30, 56-57).
+    Mapping("environment.name", "train.agent_func_path",
+            lambda r: in_run_dir(AGENT_FILE) if r.environment.name else OMIT,
+            "generated at launch: OpenRLHF's multi-turn executor over unirl's environment; the episode's budget is "
+            "algorithm.max_new_tokens and its turns the environment's max_turns (OpenRLHF has neither)",
+            native_default=None),
 )
 
 
@@ -513,6 +524,8 @@ class OpenRlhfFramework(NativeFramework):
         ]
 
     def extra_files(self, recipe: Recipe) -> dict[str, str]:
+        if recipe.environment.name:
+            return {AGENT_FILE: "<unirl's AgentExecutor module for --train.agent_func_path, written at launch>"}
         return {REWARD_FILE: "<unirl's reward_func module for --reward.remote_url, written at launch>"}
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
@@ -530,9 +543,12 @@ class OpenRlhfFramework(NativeFramework):
         return problems + demand_problems(plan.native_config["flags"], plan.environment)
 
     def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
-        from unirl.adapters.openrlhf import write_reward_file
+        from unirl.adapters.openrlhf import write_agent_file, write_reward_file
 
-        write_reward_file(run_dir / REWARD_FILE, run_dir / SPEC_FILE)
+        if AGENT_FILE in plan.files:
+            write_agent_file(run_dir / AGENT_FILE, run_dir / ENVIRONMENT_SPEC_FILE)
+        else:
+            write_reward_file(run_dir / REWARD_FILE, run_dir / SPEC_FILE)
 
 
 def _resource_problems(r: Recipe) -> list[FieldError]:

@@ -6,10 +6,21 @@ from unirl.backend.rollout import RolloutEngine
 from unirl.hookspecs import hookimpl
 from unirl.host.registry import Registry
 
+VERL_LOOP = "unirl.adapters.verl_agent_loop:UnirlAgentLoop"
+VERL_LOSES = "per-turn rewards reach the advantage as their sum (verl's reward_score is per trajectory)"
+OPENRLHF_AGENT = "unirl.adapters.openrlhf_agent:AgentExecutor"
+
 
 @hookimpl
 def unirl_add_rollout_engines(registry: Registry[RolloutEngine]) -> None:
-    registry.add(RolloutEngine("hf", "transformers model.generate in the trainer process", needs_gpu=False,
-                               python_package="transformers"))
-    registry.add(RolloutEngine("vllm", "vLLM, colocated or as a server", needs_gpu=True, python_package="vllm"))
-    registry.add(RolloutEngine("sglang", "SGLang server", needs_gpu=True, python_package="sglang"))
+    registry.add(RolloutEngine(
+        "hf", "transformers model.generate in the trainer process", needs_gpu=False, python_package="transformers",
+        episodes={"trl": "unirl.adapters.trl_environment:TrlEpisodes"},
+        episodes_lose={"trl": "per-turn rewards reach the advantage as their sum (GRPO's advantage is per episode)"}))
+    registry.add(RolloutEngine(
+        "vllm", "vLLM, colocated or as a server", needs_gpu=True, python_package="vllm",
+        episodes={"verl": VERL_LOOP, "openrlhf": OPENRLHF_AGENT},
+        episodes_lose={"verl": VERL_LOSES, "openrlhf": "per-turn rewards reach the advantage as their sum; OpenRLHF "
+                       "logs the last step's extra_logs only, so unirl puts the episode's metrics there"}))
+    registry.add(RolloutEngine("sglang", "SGLang server", needs_gpu=True, python_package="sglang",
+                               episodes={"verl": VERL_LOOP}, episodes_lose={"verl": VERL_LOSES}))

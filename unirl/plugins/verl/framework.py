@@ -9,6 +9,8 @@ count *prompts* (verl multiplies by ``rollout.n``), while the ``*_micro_batch_si
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from unirl.backend.advantage_rows import advantage_rows, critic_model, pair, uses_critic
@@ -28,12 +30,12 @@ from unirl.backend.native import (
     micro_batch,
     micro_batch_note,
     model_location,
-    no_environment,
     prompt_budget,
     prompt_budget_note,
     reward_paths,
 )
 from unirl.backend.plan import LaunchPlan, in_run_dir
+from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.plugins.verl.native_check import VLLM_LORA_RANKS
 from unirl.recipe.schema import Recipe
 from unirl.record.metrics_bridge import ATTEMPT, NATIVE_DIR, TB_DIR, verl_metrics_file
@@ -68,6 +70,8 @@ LOSS_AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-m
 ROLLOUT_DTYPE = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 TRAIN_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 REWARD_MODULE = "pkg://unirl.adapters.verl"
+AGENT_LOOPS_FILE = "agent_loops.yaml"
+AGENT_NAME = "unirl_environment"  # unirl.adapters.verl_agent_loop.AGENT_NAME (that module imports verl)
 EXPORT_FORMAT = "verl_parquet"
 TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
@@ -485,7 +489,16 @@ MAPPING: tuple[Mapping, ...] = (
             native_default="compute_score"),
     Mapping("rewards", "+reward.custom_reward_function.reward_kwargs.unirl_spec",
             lambda r: SPEC_PATH, "the run's reward spec reaches every reward worker", versions=">=0.9"),
-    no_environment("an agent loop through rollout.agent.agent_loop_config_path"),
+    # An environment runs as unirl's agent loop (unirl/adapters/verl_agent_loop.py), which every AgentLoopWorker
+    # loads from this YAML (verl/experimental/agent_loop/agent_loop.py:535-539) and runs for rows without an
+    # agent_name column (L610-612); the loop scores the episode itself, so verl's reward loop does not run for it.
+    Mapping("environment.name", "actor_rollout_ref.rollout.agent.agent_loop_config_path",
+            lambda r: in_run_dir(AGENT_LOOPS_FILE) if r.environment.name else OMIT,
+            "written at launch: unirl's agent loop for the environment", native_default=None),
+    Mapping("environment.name", "actor_rollout_ref.rollout.agent.default_agent_loop",
+            lambda r: AGENT_NAME if r.environment.name else OMIT,
+            "every episode runs the environment; its score is the return plus the recipe's rewards on the transcript",
+            native_default="single_turn_agent"),
 )
 
 
@@ -523,6 +536,17 @@ class VerlFramework(NativeFramework):
             "prompts are exported in the seeded order unirl uses for every backend; verl's own shuffle is off",
             "held-out evaluation is verl's validation (pass@1 with val_kwargs), not unirl's greedy eval",
         ]
+
+    def extra_files(self, recipe: Recipe) -> dict[str, str]:
+        if not recipe.environment.name:
+            return {}
+        return {AGENT_LOOPS_FILE: "<unirl's agent loop for the environment, written at launch>"}
+
+    def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
+        if AGENT_LOOPS_FILE in plan.files:
+            entry = {"name": AGENT_NAME, "_target_": "unirl.adapters.verl_agent_loop.UnirlAgentLoop",
+                     "unirl_environment": str(run_dir / ENVIRONMENT_SPEC_FILE)}
+            (run_dir / AGENT_LOOPS_FILE).write_text(json.dumps([entry], indent=2) + "\n", encoding="utf-8")
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
         from unirl.plugins.verl.schema import unknown_keys

@@ -1,0 +1,1 @@
+"""An example third-party unirl environment package (see README.md)."""
