@@ -19,21 +19,38 @@ SHORT = ("recipe=grpo_tool", "algorithm.steps=4", "algorithm.prompts_per_step=4"
 
 # --- planning (no training) ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("framework", ["nemo_rl", "slime", "vime"])
-def test_backends_without_an_environment_loop_refuse_one_by_field(framework: str, isolated: Path) -> None:
-    out = run_cli("plan", "recipe=grpo_tool", f"framework={framework}", cwd=isolated)
-    assert out.returncode == 2, out.stdout[-2000:]
-    # the rollout-engine registry has no episode loop for the backend (its mapping row says the same in unirl diff)
-    assert f"environment.name='lookup': null on {framework}: no rollout engine runs environments there" in out.stderr
+def test_the_rollout_engine_registry_decides_where_an_environment_runs() -> None:
+    """An engine registered without an episode loop for a backend (a plugin's, here vLLM's own declaration without
+    NeMo RL) makes a recipe with an environment on that backend fail by field, before anything is planned."""
+    from dataclasses import replace
+
+    from tests.support.backend_recipes import gpu_recipe
+    from unirl.host.manager import build_host
+    from unirl.host.planning import engine_episode_problems
+    from unirl.recipe.schema import EnvironmentConfig
+
+    host = build_host()
+    recipe = gpu_recipe("nemo_rl", environment=EnvironmentConfig(name="lookup"))
+    assert engine_episode_problems(host, recipe) == []
+    vllm = host.rollout_engines.get("vllm")
+    host.rollout_engines.add(replace(vllm, episodes={k: v for k, v in vllm.episodes.items() if k != "nemo_rl"}),
+                             replace=True)
+    [problem] = engine_episode_problems(host, recipe)
+    assert problem.field == "environment.name" and "null on nemo_rl: no rollout engine runs environments" in str(
+        problem)
 
 
 @pytest.mark.parametrize(("framework", "native_key", "files"), [
     ("verl", "actor_rollout_ref.rollout.agent.agent_loop_config_path", {"agent_loops.yaml", "environment_spec.json"}),
     ("openrlhf", "train.agent_func_path", {"openrlhf_agent.py", "environment_spec.json"}),
+    ("slime", "--custom-generate-function-path", {"environment_spec.json"}),
+    ("vime", "--custom-generate-function-path", {"environment_spec.json"}),
+    ("nemo_rl", "+env.unirl.unirl_environment", {"environment_spec.json"}),
 ])
-def test_verl_and_openrlhf_plan_their_episode_loop_and_say_what_it_loses(framework: str, native_key: str,
+def test_native_backends_plan_their_episode_loop_and_say_what_it_loses(framework: str, native_key: str,
                                                                          files: set[str], isolated: Path) -> None:
-    out = run_cli("plan", "recipe=grpo_tool", f"framework={framework}", "data.chat_template=true", "--json",
+    engine = ["rollout.engine=sglang"] if framework == "slime" else []
+    out = run_cli("plan", "recipe=grpo_tool", f"framework={framework}", "data.chat_template=true", *engine, "--json",
                   cwd=isolated)
     assert out.returncode == 0, out.stderr[-2000:]
     plan = json.loads(out.stdout)

@@ -16,12 +16,12 @@ from typing import Any
 from unirl.adapters.common import BackendRewards, EpisodeFailures, runtime_for
 from unirl.environments.contract import EnvironmentSpec, Message, Task
 from unirl.environments.episode import EpisodeRunner
-from unirl.environments.runtime import EnvironmentRuntimeSpec
+from unirl.environments.runtime import ENVIRONMENT_SPEC_ENV, EnvironmentRuntimeSpec
 from unirl.environments.tokens import EpisodeTokens, episode_record
 from unirl.errors import UnirlError
 from unirl.rewards.contract import Sample
 
-ENVIRONMENT_SPEC_ENV = "UNIRL_ENVIRONMENT_SPEC"
+__all__ = ["ENVIRONMENT_SPEC_ENV", "NativeEpisodes", "episodes_for"]
 
 
 class NativeEpisodes:

@@ -51,14 +51,33 @@ def sample_from_nemo(message_log: list[dict[str, Any]],
 
 
 class UnirlEnvironment(EnvironmentInterface):  # type: ignore[misc]  # NeMo RL's class: Any where it is absent
-    """A single-turn environment: scores the assistant's answer with the run's unirl rewards, then ends."""
+    """Single-turn: scores the assistant's answer with the run's unirl rewards, then ends. With the recipe's
+    environment (``env.unirl.unirl_environment``, the spec; ``env.unirl.tokenizer``, the policy's model): runs its
+    episodes turn by turn (:mod:`unirl.adapters.nemo_rl_episodes`)."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
-        self.spec_path = (config or {}).get("unirl_spec")
+        config = config or {}
+        self.spec_path = config.get("unirl_spec")
+        self.table: Any = None
+        if config.get("unirl_environment"):
+            from transformers import AutoTokenizer
+
+            from unirl.adapters.nemo_rl_episodes import EpisodeTable
+
+            self.table = EpisodeTable(str(config["unirl_environment"]),
+                                      AutoTokenizer.from_pretrained(str(config["tokenizer"])))
 
     def step(self, message_log_batch: list[list[dict[str, Any]]],
              metadata: list[dict[str, Any]]) -> EnvironmentReturn:
         import torch
+
+        if self.table is not None:
+            turns = [self.table.step(log, meta) for log, meta in zip(message_log_batch, metadata, strict=True)]
+            return EnvironmentReturn(
+                observations=[t.observation for t in turns], metadata=[t.metadata for t in turns],
+                next_stop_strings=[None] * len(turns),
+                rewards=torch.tensor([t.reward for t in turns], dtype=torch.float32),
+                terminateds=torch.tensor([float(t.done) for t in turns]), answers=[t.answer for t in turns])
 
         runtime = runtime_for("nemo_rl", self.spec_path)
         pairs = [sample_from_nemo(log, meta) for log, meta in zip(message_log_batch, metadata, strict=True)]

@@ -31,7 +31,7 @@ from unirl.backend.environment import (
 from unirl.backend.export import export_path, write_export
 from unirl.backend.plan import BackendEnvironment, DataExport, LaunchPlan, MappedField, in_run_dir
 from unirl.environments.contract import EnvironmentSpec
-from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE, EnvironmentRuntimeSpec
+from unirl.environments.runtime import ENVIRONMENT_SPEC_ENV, ENVIRONMENT_SPEC_FILE, EnvironmentRuntimeSpec
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, is_local_path, recipe_from_dict
 from unirl.record.layout import NATIVE_CONFIG, PLAN, write_json
@@ -210,7 +210,9 @@ class NativeFramework:
             framework=self.name, framework_version=t.installed, target_version=t.version,
             entrypoint=f"{self.plugin_package}:{self.name}",
             native_config=self.native_config(recipe, native, t.tables_version), mapping=rows,
-            command=self.command(recipe, native, t.tables_version), env={"UNIRL_REWARD_SPEC": SPEC_PATH},
+            command=self.command(recipe, native, t.tables_version),
+            env={"UNIRL_REWARD_SPEC": SPEC_PATH,
+                 **({ENVIRONMENT_SPEC_ENV: in_run_dir(ENVIRONMENT_SPEC_FILE)} if recipe.environment.name else {})},
             files={SPEC_FILE: "<the run's reward specification (rewards, weights, kwargs, policy), written at launch>",
                    **({ENVIRONMENT_SPEC_FILE: "<the run's environment (class, kwargs, limits), written at launch>"}
                       if recipe.environment.name else {}),
@@ -481,13 +483,3 @@ def user_reward_packages(spec: Any) -> list[str]:
 __all__ = ["DEFAULT_MICRO_BATCH", "DEFAULT_PROMPT_TOKENS", "OMIT", "NativeFramework", "Translation",
            "logprob_micro_batch", "micro_batch", "micro_batch_note", "model_location", "prompt_budget",
            "prompt_budget_note", "translate"]
-
-
-def no_environment(seam: str) -> Mapping:
-    """The ``environment.name`` row of a backend whose multi-turn seam (``seam``: its native mechanism) unirl does
-    not drive yet: refused by field, so a recipe with an environment never runs single-turn silently."""
-    return Mapping("environment.name", "(no environment)", lambda r: OMIT,
-                   supported=lambda r: r.environment.name is None,
-                   supported_text=f"null: unirl runs environments on TRL (rollout_func), verl (agent loop) and "
-                                  f"OpenRLHF (agent executor); this backend's seam ({seam}) has no unirl rollout "
-                                  "engine yet")

@@ -18,6 +18,8 @@ from unirl.errors import UnirlError
 from unirl.rewards.spec import load_reward_file
 
 ENVIRONMENT_SPEC_FILE = "environment_spec.json"
+ENVIRONMENT_SPEC_ENV = "UNIRL_ENVIRONMENT_SPEC"
+"""Where a rollout process finds the spec when nothing else can tell it (slime's generate function)."""
 
 
 @dataclass(frozen=True)

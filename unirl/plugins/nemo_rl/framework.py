@@ -41,13 +41,13 @@ from unirl.backend.native import (
     logprob_micro_batch,
     micro_batch_note,
     model_location,
-    no_environment,
     prompt_budget,
     prompt_budget_note,
 )
 from unirl.backend.native import micro_batch as native_micro_batch
 from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
 from unirl.data.builtin.tiny_model import SHAPES
+from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.errors import FieldError
 from unirl.recipe.schema import ALL_LINEAR, BUILTIN_PREFIX, Recipe, is_local_path
 
@@ -79,6 +79,7 @@ DEFAULT_REPO = "/opt/nemo-rl"  # where the NeMo RL image keeps its checkout (doc
 BASE_CONFIG = "examples/configs/grpo_math_1B.yaml"
 LAUNCH_MODULE = "unirl.plugins.nemo_rl.launch"
 ENV_NAME = "unirl"  # unirl.adapters.nemo_rl.ENV_NAME; not imported: that module imports nemo_rl
+MAX_ROLLOUT_TURNS = 10_000  # above any environment's max_turns (environment.max_turns is at most 10,000)
 EXPORT_FORMAT = "nemo_rl_jsonl"
 TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
@@ -464,7 +465,20 @@ MAPPING: tuple[Mapping, ...] = (
     # v0.7.0); unirl's follower reads every event file under the log directory.
     Mapping("logging.every_steps", "logger.tensorboard_enabled", lambda r: True,
             "NeMo RL's TensorBoard events, which unirl's follower reads into metrics.jsonl", native_default=False),
-    no_environment("an EnvironmentInterface Ray actor with grpo.max_rollout_turns"),
+    # An environment runs in unirl's environment actor, turn by turn (unirl/adapters/nemo_rl_episodes.py): NeMo RL
+    # drives the turns (nemo_rl/experience/rollouts.py:574-826 @ v0.7.0) and the actor ends each episode.
+    Mapping("environment.name", f"+env.{ENV_NAME}.unirl_environment",
+            lambda r: in_run_dir(ENVIRONMENT_SPEC_FILE) if r.environment.name else OMIT,
+            "the run's environment reaches unirl's environment actor, which keeps each episode's state",
+            native_default=None),
+    Mapping("environment.name", f"+env.{ENV_NAME}.tokenizer", lambda r: model_location(r) if r.environment.name
+            else OMIT, "the policy's tokenizer: the actor renders observations with its chat template (NeMo RL "
+            "tokenizes them raw, rollouts.py:722-726)", native_default=None),
+    Mapping("environment.max_turns", "grpo.max_rollout_turns",
+            lambda r: (r.environment.max_turns or MAX_ROLLOUT_TURNS) if r.environment.name else OMIT,
+            "NeMo RL's turn cap, at or above the environment's: the environment ends each episode itself (its "
+            "max_turns, done, or the episode's token budget); null: the environment's own max_turns",
+            native_default=1),
 )
 
 

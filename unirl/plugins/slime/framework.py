@@ -33,7 +33,6 @@ from unirl.backend.native import (
     NativeFramework,
     micro_batch_note,
     model_location,
-    no_environment,
     prompt_budget_note,
 )
 from unirl.backend.native import micro_batch as native_micro_batch
@@ -227,7 +226,10 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
                            "them (slime/utils/data.py:87-137), which would break the step-aligned train file; pass "
                            "--rollout-max-prompt-len through framework.overrides to accept the drop",
             native_default=None),
-    Mapping("data.chat_template", "--apply-chat-template", lambda r: store_true(r.data.chat_template is True),
+    # With an environment, unirl's generate function renders the episode (the opening through the environment's
+    # reset), so slime hands it the row's own prompt (slime/utils/data.py:248-257).
+    Mapping("data.chat_template", "--apply-chat-template",
+            lambda r: store_true(r.data.chat_template is True and not r.environment.name),
             "a text prompt becomes one user message (slime/utils/data.py:145-150); message-list prompts need it on",
             native_default=False),
     Mapping("data.train", "--prompt-data", lambda r: TRAIN_FILE, "exported by unirl as slime JSONL",
@@ -300,7 +302,6 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("logging.every_steps", "--use-tensorboard", lambda r: store_true(True),
             "slime's TensorBoard events (TENSORBOARD_DIR, exported by the launch line), which unirl's follower reads "
             "into metrics.jsonl", native_default=False),
-    no_environment("--custom-generate-function-path"),
 )
 
 
@@ -312,6 +313,8 @@ class SlimeFamily(NativeFramework):
     export_format = EXPORT_FORMAT
     engine_rows: ClassVar[tuple[Mapping, ...]]
     reward_module: ClassVar[str]
+    generate_function: ClassVar[str]
+    """unirl's ``--custom-generate-function-path`` for an environment (the engine client differs)."""
     default_workdir: ClassVar[str]
     schema_commit: ClassVar[str]
 
@@ -333,6 +336,11 @@ class SlimeFamily(NativeFramework):
                     "awaits reward(args, sample)", native_default=None),
             Mapping("rewards", "--reward-key", lambda r: "score",
                     "the adapter returns the total and every component; slime trains on 'score'",
+                    native_default=None),
+            Mapping("environment.name", "--custom-generate-function-path",
+                    lambda r: self.generate_function if r.environment.name else OMIT,
+                    "unirl's episode loop, awaited for every sample instead of slime's generate (sglang_rollout.py:"
+                    "238-258); it sets the sample's reward, so --custom-rm-path is skipped for it (L283)",
                     native_default=None),
             Mapping("rewards", "--group-rm", lambda r: OMIT,
                     "per-sample scoring: slime asserts group RM off for evaluation (slime/rollout/sglang_rollout.py:"
@@ -550,6 +558,7 @@ class SlimeFramework(SlimeFamily):
     description = "slime (THUDM): Megatron-LM training with SGLang rollouts under Ray; GPU only, runs in its image"
     capabilities = SLIME_CAPABILITIES
     reward_module = "unirl.adapters.slime.reward"
+    generate_function = "unirl.adapters.slime_environment.generate"
     default_workdir = "/root/slime"
     engine_rows = (
         Mapping("rollout.engine", "(rollout engine)", lambda r: "sglang", "slime rolls out with SGLang only",
@@ -577,6 +586,7 @@ class VimeFramework(SlimeFamily):
     description = "vime (vLLM project): slime's Megatron-LM trainer with vLLM + vllm-router rollouts; GPU only"
     capabilities = VIME_CAPABILITIES
     reward_module = "unirl.adapters.vime.reward"
+    generate_function = "unirl.adapters.slime_environment.vime_generate"
     default_workdir = "/root/vime"
     engine_rows = (
         Mapping("rollout.engine", "(rollout engine)", lambda r: "vllm", "vime rolls out with vLLM (+ vllm-router)",
