@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirl.environments.contract import Environment, EnvironmentSpec, Task
+from unirl.environments.contract import Environment, EnvironmentSpec, Task, decorated_environments
 from unirl.environments.episode import EpisodeRunner
 from unirl.errors import UnirlError
 from unirl.rewards.spec import load_reward_file
@@ -69,6 +69,9 @@ class EnvironmentRuntimeSpec:
         found: Any = module
         for part in qualname.split("."):
             found = getattr(found, part, None)
+        if found is None:  # a class made by a factory (from_openenv): the module registered it by name
+            found = next((s.cls for s in decorated_environments() if s.name == self.name
+                          and s.cls.__module__ == module.__name__), None)
         if not (isinstance(found, type) and issubclass(found, Environment)):
             raise UnirlError(f"environment {self.name!r}: {self.ref} is not a unirl.Environment class")
         return EnvironmentSpec(self.name, found, self.metrics, (found.__doc__ or "").strip(), module.__name__,
