@@ -269,3 +269,32 @@ def test_a_plugin_registers_an_environment_through_its_hook() -> None:
     assert host.environments.get("hooked_echo").cls is Echo
     with pytest.raises(unirl.errors.UnirlError, match="not decorated"):
         spec_of(type("Plain", (unirl.Environment,), {}))
+
+
+def test_env_test_random_policy_samples_a_builtin_model_reproducibly(isolated: Path) -> None:
+    pytest.importorskip("torch")
+    (isolated / "tasks.jsonl").write_text("".join(json.dumps({"prompt": f"{k}?", "seed": k}) + "\n" for k in range(6)))
+    def sampled(seed: int):
+        return run_cli("env", "test", "lookup", "--tasks", "tasks.jsonl", "--policy", "random", "--seed", str(seed),
+                       "--kwargs", '{"keyed": false}', "--max-new-tokens", "12", "--json", cwd=isolated)
+
+    first, again = sampled(3), sampled(3)
+    assert first.returncode == 0, first.stderr
+    episodes = [json.loads(line) for line in first.stdout.splitlines()]
+    assert first.stdout == again.stdout  # the same weights and the same samples for the same --seed
+    assert len(episodes) == 6 and all(e["turns"] and e["termination"] in ("done", "max_turns", "truncated")
+                                      for e in episodes)
+    assert all(len(e["turns"][0]["action"]) <= 12 for e in episodes)  # the episode's budget holds
+    other = sampled(4)
+    assert other.returncode == 0 and other.stdout != first.stdout
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (("--policy", "random", "--actions", "a.jsonl"), "--actions='a.jsonl': none with --policy random"),
+    ((), "--actions=None: a JSONL file of scripted turns, or --policy random"),
+    (("--policy", "random", "--max-new-tokens", "0"), "--max-new-tokens=0"),
+])
+def test_env_test_policy_flags_are_checked(extra: tuple[str, ...], says: str, isolated: Path) -> None:
+    (isolated / "tasks.jsonl").write_text('{"prompt": "1?"}\n')
+    out = run_cli("env", "test", "lookup", "--tasks", "tasks.jsonl", *extra, cwd=isolated)
+    assert out.returncode == 2 and says in out.stderr, out.stderr

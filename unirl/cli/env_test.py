@@ -1,5 +1,6 @@
-"""``unirl env test NAME --tasks T.jsonl --actions A.jsonl [--file E.py] [--kwargs JSON] [--json]``: replay scripted
-assistant turns through an environment before any training.
+"""``unirl env test NAME --tasks T.jsonl (--actions A.jsonl | --policy random) [--file E.py] [--kwargs JSON]
+[--json]``: replay scripted assistant turns (or turns a random builtin model samples) through an environment before
+any training.
 
 Line i of the tasks file is task i: ``prompt`` (text or chat messages, required), and optionally ``reference``,
 ``metadata`` and ``seed`` (the episode's seed; default i). Line i of the actions file holds the assistant's turns for
@@ -22,6 +23,8 @@ from unirl.jsonl import JsonlError, objects
 
 TASK_FIELDS = ("prompt", "reference", "metadata", "seed")
 DEFAULT_TIMEOUT_S = 30.0
+POLICIES = ("scripted", "random")
+RANDOM_POLICY_MODEL = "tiny-arith"  # the builtin model the embedded recipes train; its weights random from --seed
 
 
 def read_lines(path: Path, flag: str, what: str) -> list[tuple[str, dict[str, Any]]]:
@@ -65,7 +68,13 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="unirl env test", description=__doc__.split("\n")[0])
     p.add_argument("name", help="the environment (see `unirl environments`, or defined in --file)")
     p.add_argument("--tasks", required=True, type=Path, help="JSONL file of tasks")
-    p.add_argument("--actions", required=True, type=Path, help="JSONL file of scripted assistant turns per task")
+    p.add_argument("--actions", type=Path, help="JSONL file of scripted assistant turns per task (--policy scripted)")
+    p.add_argument("--policy", choices=POLICIES, default="scripted",
+                   help="scripted: the turns in --actions; random: turns sampled from the builtin tiny model (random "
+                        "weights from --seed) through the episode loop TRL trains with")
+    p.add_argument("--seed", type=int, default=0, help="--policy random: the model's weights and its sampling")
+    p.add_argument("--max-new-tokens", type=int, default=16,
+                   help="--policy random: each episode's token budget, turns and observations together")
     p.add_argument("--file", action="append", default=[], type=Path, metavar="ENV.py",
                    help="a Python file defining environments with @unirl.environment (repeatable)")
     p.add_argument("--kwargs", default="{}", help="JSON object: the environment's keyword arguments")
@@ -100,20 +109,55 @@ def main(argv: list[str], host: Any) -> int:
             probe_reward_file(str(path), "--file", DEFAULT_TIMEOUT_S)
             host.add_plugin_file(load_reward_file(path), path)
     spec = host.environments.get(ns.name)
+    if ns.policy == "scripted" and ns.actions is None:
+        raise FieldError("--actions", None, "a JSONL file of scripted turns, or --policy random")
+    if ns.policy == "random" and ns.actions is not None:
+        raise FieldError("--actions", str(ns.actions), "none with --policy random (its turns are sampled)")
+    if ns.max_new_tokens < 1:
+        raise FieldError("--max-new-tokens", ns.max_new_tokens, "a whole number >= 1")
     tasks = [task_from_row(row, where, i) for i, (where, row) in enumerate(read_lines(ns.tasks, "--tasks", "task"))]
-    actions = [turns_from_row(row, where) for where, row in read_lines(ns.actions, "--actions", "turns")]
     if not tasks:
         raise UnirlError(f"--tasks {ns.tasks}: no tasks in the file")
-    if len(actions) != len(tasks):
-        raise FieldError("--actions", str(ns.actions), f"one line per task: {len(tasks)} tasks, {len(actions)} lines")
-    episodes = [play(spec, kwargs, task, turns, timeout_s=ns.timeout) for task, turns in zip(tasks, actions,
-                                                                                          strict=True)]
+    if ns.policy == "random":
+        episodes = sampled_episodes(spec, kwargs, tasks, seed=ns.seed, max_new_tokens=ns.max_new_tokens,
+                                    timeout_s=ns.timeout)
+    else:
+        actions = [turns_from_row(row, where) for where, row in read_lines(ns.actions, "--actions", "turns")]
+        if len(actions) != len(tasks):
+            raise FieldError("--actions", str(ns.actions),
+                             f"one line per task: {len(tasks)} tasks, {len(actions)} lines")
+        episodes = [play(spec, kwargs, task, turns, timeout_s=ns.timeout)
+                    for task, turns in zip(tasks, actions, strict=True)]
     if ns.json:
         for i, episode in enumerate(episodes):
             print(json.dumps({"index": i, **episode.to_dict()}, ensure_ascii=False, default=repr))
     else:
         print_episodes(episodes)
     return 1 if any(e.failed for e in episodes) else 0
+
+
+def sampled_episodes(spec: Any, kwargs: dict[str, Any], tasks: list[Task], *, seed: int, max_new_tokens: int,
+                     timeout_s: float) -> list[Episode]:
+    """Each task's episode with turns sampled from the builtin tiny model (random weights), through the TRL episode
+    loop (batched per turn, token in and out, the episode's budget), so an environment meets a model's untidy
+    output before a training run does."""
+    try:
+        import torch
+
+        from unirl.adapters.trl_environment import TrlEpisodes
+        from unirl.data.builtin import tiny_model
+    except ImportError as exc:
+        raise UnirlError(f"--policy random needs torch and transformers ({exc}): pip install -e '.[trl]'") from exc
+    model, tok = tiny_model.build(RANDOM_POLICY_MODEL, seed)
+    rows = {t.prompt if isinstance(t.prompt, str) else repr([dict(m) for m in t.prompt]):
+            {"reference": t.reference, "metadata": dict(t.metadata)} for t in tasks}
+    loop = TrlEpisodes(spec, kwargs, tok=tok, rows_by_prompt=rows, chat_template=False, max_new_tokens=max_new_tokens,
+                       temperature=1.0, top_p=1.0, timeout_s=timeout_s, max_turns=None, run_seed=seed,
+                       eos_ids={int(tok.eos_token_id)}, suppress=None)
+    torch.manual_seed(seed)
+    prompts = [t.prompt if isinstance(t.prompt, str) else [dict(m) for m in t.prompt] for t in tasks]
+    items = loop.run(model, prompts, [t.seed for t in tasks], greedy=False)
+    return [item.episode for item in items if item.episode is not None]
 
 
 def print_episodes(episodes: list[Episode]) -> None:
