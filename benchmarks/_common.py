@@ -190,6 +190,6 @@ def sweep_member(summary_path: Path) -> dict[str, Any]:
     return {"overrides": dict(o.split("=", 1) for o in overrides if "=" in o), "state": s.get("state"),
             "accuracy_before": s.get("accuracy_before"), "accuracy_after": s.get("accuracy_after"),
             f"first_step_at_{TARGET_ACCURACY}": next((step for step, acc in curve if acc >= TARGET_ACCURACY), None),
-            "steps": s.get("steps"), "wall_s": round(s.get("wall_time_s", 0.0), 1),
+            "steps": s.get("steps"), "wall_s": round(s.get("wall_time_s", 0.0), 1), "kept_best": s.get("kept_best"),
             "trainable_parameters": s.get("trainable_parameters"), "parameters": s.get("parameters"),
             "curve": curve}

@@ -211,3 +211,45 @@ def test_episode_failures_abort_on_a_late_burst_over_the_recent_window() -> None
     failures.check([None, None])  # 2 of the last 10: at the limit, not above it
     with pytest.raises(UnirlError, match="3 of the last 10 environment episodes failed"):
         failures.check([None])  # 3 of the last 10, though only 3 of 1003 overall
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf", "nemo_rl", "slime", "vime"])
+def test_keep_best_is_refused_where_no_runner_selects_weights(framework: str, isolated: Path) -> None:
+    engine = ["rollout.engine=sglang"] if framework == "slime" else []
+    out = run_cli("plan", "recipe=grpo_tool", f"framework={framework}", "data.chat_template=true",
+                  "eval.keep_best=true", *engine, cwd=isolated)
+    assert out.returncode == 2 and "eval.keep_best=True: not supported by" in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("setting", "says"), [
+    ("eval.every_steps=0", "eval.keep_best=True: needs data.eval and eval.every_steps >= 1"),
+    ("resources.cpu_processes=2", "eval.keep_best=True: not supported by trl"),
+    ("model.lora.rank=8", "eval.keep_best=True: not supported by trl"),
+])
+def test_keep_best_needs_evaluations_one_process_and_full_weights(setting: str, says: str, isolated: Path) -> None:
+    out = run_cli("plan", "recipe=grpo_tool", "eval.keep_best=true", setting, cwd=isolated)
+    assert out.returncode == 2 and says in out.stderr, out.stderr[-2000:]
+
+
+@pytest.mark.train
+def test_keep_best_ends_with_the_best_evaluation_s_weights_measured_on_fresh_episodes(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    out = run_cli("recipe=grpo_tool", "algorithm.steps=6", "algorithm.prompts_per_step=4",
+                  "algorithm.samples_per_prompt=4", "eval.every_steps=2", "eval.keep_best=true",
+                  "logging.progress=false", "logging.plot=false", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [run_dir] = run_dirs(tmp_path / "runs")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e.get("kind") == "summary"]
+    during = {e["step"]: e["accuracy"] for e in evals[:-1]}
+    kept = summary["kept_best"]
+    assert kept["step"] in during and kept["accuracy_when_chosen"] == max(during.values()) and kept["fresh_seeds"]
+    # the first evaluation reaching the best is the one kept: a later equal one does not replace it
+    assert kept["step"] == min(s for s, a in during.items() if a == kept["accuracy_when_chosen"])
+    assert summary["accuracy_after"] == evals[-1]["accuracy"]
+    samples = [r for r in read_jsonl(run_dir / "eval.jsonl") if r.get("kind") == "sample"]
+    choosing = {r["episode"]["task"]["seed"] for r in samples if r["step"] < 6}
+    final = {r["episode"]["task"]["seed"] for r in samples if r["step"] == 6}
+    assert final and not final & choosing  # the kept weights are measured on episodes no choosing evaluation saw
+    assert AutoModelForCausalLM.from_pretrained(run_dir / "best").num_parameters() > 0

@@ -18,7 +18,7 @@ from tests.support.cli import run_cli
 from unirl.backend.contract import Capabilities, RunInputs
 from unirl.backend.plan import LaunchPlan
 from unirl.backend.rollout import RolloutEngine
-from unirl.errors import RecipeInvalid, UnirlError, UnknownName
+from unirl.errors import FieldError, RecipeInvalid, UnirlError, UnknownName
 from unirl.host.manager import build_host
 from unirl.host.planning import check, compose
 from unirl.host.registry import Registry
@@ -376,3 +376,28 @@ def test_a_reward_file_named_by_a_recipe_is_a_plugin_whose_hook_runs(isolated: P
     info = {p.name: p for p in host.plugins()}[plugin]
     assert (info.distribution, info.version, info.hooks) == ("reward file", plugin.removeprefix("reward_file:"),
                                                              ["unirl_add_rewards"])
+
+
+COLLIDING = {
+    "reward": ('import unirl\n\n@unirl.reward("math_answer")\ndef mine(sample):\n    return 1.0\n',
+               "rewards=[{name:math_answer,file:./c.py}]", "rewards[0].file", "reward 'math_answer'"),
+    "environment": ('import unirl\n\n@unirl.environment("lookup")\nclass Mine(unirl.Environment):\n'
+                    '    def reset(self, task):\n        return "x"\n'
+                    '    def step(self, action):\n        return unirl.Step(done=True)\n',
+                    "environment.file=./c.py", "environment.file", "environment 'lookup'"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(COLLIDING))
+def test_a_file_decorating_a_taken_name_is_refused_instead_of_silently_running_the_other(kind: str,
+                                                                                          isolated: Path) -> None:
+    """Without a hook that replaces it on purpose (replace=True), a decorated reward or environment whose name is
+    registered already would be skipped and the built-in would run in its place: a different experiment."""
+    source, override, field, what = COLLIDING[kind]
+    (isolated / "c.py").write_text(source)
+    host = build_host()
+    extra = ["recipe=grpo_tool"] if kind == "environment" else []
+    with pytest.raises((RecipeInvalid, FieldError)) as caught:  # one field, or one problem of the recipe's
+        check(host, to_recipe(compose(host, [*extra, override])))
+    message = str(caught.value)
+    assert f"{field}=" in message and f"{what} from 'reward_file:" in message and "give it another name" in message

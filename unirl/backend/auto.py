@@ -141,6 +141,12 @@ def _stop_at_accuracy(recipe: Recipe, framework: Backend) -> list[Candidate]:
     return [(1.0, "stop once every held-out prompt is solved: accuracy cannot rise further"), (None, "")]
 
 
+def _keep_best(recipe: Recipe, framework: Backend) -> list[Candidate]:
+    if none := _no_evaluations(recipe):
+        return [(False, none[0][1])]
+    return [(True, "end with the best held-out evaluation's weights, measured again"), (False, "")]
+
+
 def _overlong_buffer(recipe: Recipe, framework: Backend) -> list[Candidate]:
     buffer = recipe.algorithm.max_new_tokens // 5
     if buffer < 1:
@@ -157,6 +163,7 @@ _PREFERENCES: tuple[tuple[str, Callable[[Recipe, Backend], list[Candidate]]], ..
     ("eval.greedy", _greedy),
     ("eval.stop_after_plateau", _stop_after_plateau),  # issue 14: TRL alone stops early
     ("eval.stop_at_accuracy", _stop_at_accuracy),
+    ("eval.keep_best", _keep_best),
     ("algorithm.overlong_buffer", _overlong_buffer),
 )
 

@@ -42,6 +42,12 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         shown = "n/a" if before is None else f"{before:.3f}"
         out.print(f"  held-out accuracy ({summary.get('eval_n')} prompts, greedy): {shown} -> "
                       f"{summary['accuracy_after']:.3f}  ({summary.get('distinct_completions')} distinct answers)")
+    kept = summary.get("kept_best")
+    if kept:
+        again = "fresh episodes" if kept.get("fresh_seeds") else "the same held-out prompts that chose them"
+        chosen = kept.get("accuracy_when_chosen")
+        out.print(f"  kept the weights of step {kept.get('step')} (eval.keep_best: {chosen:.3f} when chosen; the "
+                  f"accuracy above is on {again}), saved to {run_dir / 'best'}")
     stopped = summary.get("stopped_early")
     if stopped:
         out.print(f"  stopped early at step {stopped.get('step')} of {summary.get('steps_expected')}: "

@@ -170,13 +170,19 @@ def add_plugin_rewards(host: Host) -> None:
                                                          (host.environments, decorated_environments())]
     for registry, components in decorated:
         for component in components:
-            if component.name in registry:
-                continue
             owner = next((name for module, name in modules if _owns(module, component.module)), None)
             if owner is None and component.module == "__main__":
                 owner = "__main__"
-            if owner is not None:
-                registry.for_plugin(owner).add(component)
+            if owner is None:
+                continue
+            if component.name in registry:
+                entry = registry.entry(component.name)
+                if entry.target is component or entry.target == component or entry.source == owner:
+                    continue  # itself again (a hook registered it, or an earlier pass did)
+                # a decorated name that is taken: running the other one silently would be a different experiment
+                raise UnirlError(f"{registry.kind} {component.name!r} from {owner!r} ({component.module}) is already "
+                                 f"registered by {entry.source!r}; give it another name")
+            registry.for_plugin(owner).add(component)
 
 
 def add_decorated(registry: Registry[RewardFunction]) -> None:

@@ -183,7 +183,11 @@ def register_reward_files(recipe: Recipe, registry: Registry[RewardFunction]) ->
                     raise
                 raise FieldError(field_name, spec.file, f"a file that imports cleanly; it raised {exc!r}") from None
             if isinstance(registry.host, Host):
-                registry.host.add_plugin_file(module, Path(spec.file).expanduser())
+                try:
+                    registry.host.add_plugin_file(module, Path(spec.file).expanduser())
+                except UnirlError as exc:  # a name it decorates is taken
+                    raise FieldError(field_name, spec.file, f"a file whose rewards and environments have names of "
+                                     f"their own: {exc}") from None
     if not isinstance(registry.host, Host):  # a bare registry: the files' decorated rewards, added directly
         add_decorated(registry)
 
@@ -200,7 +204,11 @@ def environment_problems(host: Host, recipe: Recipe) -> list[FieldError]:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return [FieldError("environment.file", env.file, f"a file that imports cleanly; it raised {exc!r}")]
-        host.add_plugin_file(module, Path(env.file).expanduser())
+        try:
+            host.add_plugin_file(module, Path(env.file).expanduser())
+        except UnirlError as exc:  # a name it decorates is taken
+            return [FieldError("environment.file", env.file, f"a file whose environments and rewards have names of "
+                               f"their own: {exc}")]
     if env.name is not None and env.name not in host.environments:
         return [FieldError("environment.name", env.name,
                            f"a registered environment: {host.environments.names() or 'none is registered'}")]

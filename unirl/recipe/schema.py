@@ -279,6 +279,13 @@ class EvalConfig:
         ``stop_after_plateau``. null = never; needs data.eval and eval.every_steps > 0. TRL only (the native
         backends refuse a value).""", unit="fraction of held-out prompts", above=0.0, at_most=1.0,
         auto="1.0 on TRL (accuracy cannot rise further), null on the backends without early stop")
+    keep_best: bool | str = setting(False, """End the run with the weights of its best held-out evaluation during
+        training (the one before training included), as transformers' load_best_model_at_end: the final evaluation
+        and the saved model are those weights, and summary.json names the step (``kept_best``). The evaluations that
+        chose them are optimistic about them; with an environment the final evaluation runs on fresh seeds no earlier
+        evaluation used, so it is not. Needs data.eval and eval.every_steps > 0. TRL only (the native backends
+        refuse it).""", auto="true on TRL with held-out evaluations during training (one process, full fine-tuning), "
+                             "false elsewhere")
 
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")
@@ -589,9 +596,9 @@ def early_stop_problems(recipe: Recipe) -> list[FieldError]:
     """``eval.stop_after_plateau`` / ``eval.stop_at_accuracy`` decide at held-out evaluations during training: they
     need held-out data and a cadence."""
     problems = []
-    for name in ("stop_after_plateau", "stop_at_accuracy"):
+    for name in ("stop_after_plateau", "stop_at_accuracy", "keep_best"):
         value = getattr(recipe.eval, name)
-        if value is not None and (not recipe.data.eval or recipe.eval.every_steps < 1):
+        if value not in (None, False, AUTO) and (not recipe.data.eval or recipe.eval.every_steps < 1):
             problems.append(FieldError(f"eval.{name}", value, "needs data.eval and eval.every_steps >= 1 (it decides "
                                        f"at held-out evaluations during training; here data.eval={recipe.data.eval!r},"
                                        f" eval.every_steps={recipe.eval.every_steps})"))

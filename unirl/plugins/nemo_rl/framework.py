@@ -446,6 +446,10 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
             supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.keep_best", "(no best-checkpoint selection)", lambda r: None,
+            supported=lambda r: not r.eval.keep_best,
+            supported_text="false: the run ends with its last weights (unirl selects the best held-out "
+                           "evaluation's weights on TRL only)", native_default=False),
     # checkpoints and logs, all inside the run directory
     Mapping("run.checkpoint_every", "checkpointing.save_period", lambda r: r.run.checkpoint_every or r.algorithm.steps,
             "0: only the last step (NeMo RL always saves the last step; a period of 0 would divide by zero)",

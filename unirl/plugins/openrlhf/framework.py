@@ -398,6 +398,10 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
             supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.keep_best", "(no best-checkpoint selection)", lambda r: None,
+            supported=lambda r: not r.eval.keep_best,
+            supported_text="false: the run ends with its last weights (unirl selects the best held-out "
+                           "evaluation's weights on TRL only)", native_default=False),
     Mapping("seed", "train.seed", lambda r: r.seed, native_default=42),
     Mapping("model.path", "actor.model_name_or_path", model_location, native_default=None),
     Mapping("model.lora.rank", "ds.lora.rank", lambda r: r.model.lora.rank or OMIT, allowed=(0,), native_default=0,

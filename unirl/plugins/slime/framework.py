@@ -256,6 +256,10 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
             supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.keep_best", "(no best-checkpoint selection)", lambda r: None,
+            supported=lambda r: not r.eval.keep_best,
+            supported_text="false: the run ends with its last weights (unirl selects the best held-out "
+                           "evaluation's weights on TRL only)", native_default=False),
     Mapping("seed", "--seed", lambda r: r.seed, native_default=1234),
     Mapping("seed", "--rollout-seed", lambda r: r.seed, "sampling seeds of the rollout engine", native_default=42),
     Mapping("model.path", "--hf-checkpoint", model_location,

@@ -437,6 +437,13 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.environment.name is None or (r.rollout.engine == "hf" and trainer_of(r) == "grpo"),
             supported_text="null with rollout.engine=vllm or advantage_baseline=leave_one_out: the episode loop "
                            "generates with transformers, and RLOOTrainer 1.16 takes no rollout_func"),
+    Mapping("eval.keep_best", "(unirl's runner: the best held-out evaluation's weights)",
+            lambda r: True if r.eval.keep_best else OMIT,
+            "a host-memory copy of the weights at each new best evaluation, restored when training ends, evaluated "
+            "again (on fresh seeds with an environment) and saved to <run>/best",
+            supported=lambda r: not r.eval.keep_best or (r.world_size == 1 and not r.model.lora.on),
+            supported_text="false with several training processes or model.lora: the copy is one process's whole "
+                           "state_dict, which a LoRA model only gets at the trainer's start", native_default=False),
     Mapping("model.lora.rank", "(peft_config: LoraConfig.r)", lambda r: r.model.lora.rank or OMIT,
             "TRL wraps the model with PEFT's get_peft_model (grpo_trainer.py:433-476, rloo_trainer.py:353-396); its "
             "reference policy is the model with the adapter disabled (grpo_trainer.py:987-990); 0: no peft_config"),

@@ -339,16 +339,19 @@ def environment_episodes(host: Host, recipe: Recipe, tok: Any, rows: list[dict[s
 
 EVAL_SEED_OFFSET = 10**9
 """Held-out episodes draw their hidden state from seeds no training episode uses, the same at every evaluation."""
+TEST_SEED_OFFSET = 2 * 10**9
+"""The final evaluation of weights chosen by the evaluations (``eval.keep_best``): seeds none of them used."""
 
 
 def evaluate_episodes(model: Any, episodes: TrlEpisodes, rows: list[dict[str, Any]], recipe: Recipe,
-                      rewards: RewardExecutor) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                      rewards: RewardExecutor, seed_offset: int = EVAL_SEED_OFFSET) -> tuple[dict[str, Any],
+                                                                                         list[dict[str, Any]]]:
     """Held-out evaluation with an environment: one episode per prompt (greedy by default) on fresh hidden state;
     solved when the return plus the recipe's rewards on the transcript reach ``eval.accuracy_threshold`` (or, with
     ``eval.accuracy_reward``, that reward does)."""
     from unirl.adapters.trl_environment import episode_seed
 
-    seeds = [episode_seed(recipe.seed + EVAL_SEED_OFFSET, 0, i) for i in range(len(rows))]
+    seeds = [episode_seed(recipe.seed + seed_offset, 0, i) for i in range(len(rows))]
     items = episodes.run(model, [r["prompt"] for r in rows], seeds, greedy=recipe.eval.greedy is not False)
     samples = [Sample(prompt=text_of(r["prompt"]), completion=episodes.tok.decode(item.completion_ids,
                                                                                     skip_special_tokens=True),
@@ -433,6 +436,36 @@ class EarlyStop:
         else:
             return None
         return {"reason": reason, "step": step, "accuracy": accuracy}
+
+
+BEST_DIR = "best"
+"""Inside the run directory: the weights ``eval.keep_best`` kept (save_pretrained), with the tokenizer."""
+
+
+class BestWeights:
+    """``eval.keep_best``: a copy, in host memory, of the weights at the best held-out evaluation so far (the one
+    before training included; a later evaluation replaces it only by beating it), restored when training ends."""
+
+    def __init__(self, model: Any, *, enabled: bool) -> None:
+        self.model = model
+        self.enabled = enabled
+        self.kept: dict[str, Any] | None = None
+
+    def observe(self, step: int, accuracy: float) -> None:
+        if not self.enabled or (self.kept is not None and accuracy <= self.kept["accuracy"]):
+            return
+        state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        self.kept = {"step": step, "accuracy": accuracy, "state": state}
+
+    def restore(self) -> dict[str, Any]:
+        """Load the kept weights into the model; the step and accuracy that chose them."""
+        assert self.kept is not None
+        self.model.load_state_dict(self.kept["state"])
+        return {"step": self.kept["step"], "accuracy_when_chosen": self.kept["accuracy"]}
+
+    def save(self, path: Path, tok: Any) -> None:
+        self.model.save_pretrained(path)
+        tok.save_pretrained(path)
 
 
 def check_updates(summary: dict[str, Any], recipe: Recipe, train_rows: int) -> None:
@@ -627,9 +660,9 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
     episodes = environment_episodes(host, recipe, tok, train_rows + eval_rows, eos_ids(model, tok), suppress)
     recorder.run_start()
 
-    def run_eval(step: int) -> dict[str, Any]:
+    def run_eval(step: int, seed_offset: int = EVAL_SEED_OFFSET) -> dict[str, Any]:
         if episodes is not None:
-            result, records = evaluate_episodes(model, episodes, eval_rows, recipe, rewards)
+            result, records = evaluate_episodes(model, episodes, eval_rows, recipe, rewards, seed_offset)
         else:
             result, records = evaluate(model, tok, eval_rows, recipe, rewards, suppress)
         recorder.eval_done(step, result, records)
@@ -673,6 +706,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
             if eval_rows:
                 result = run_eval(step)
                 last_eval["step"], last_eval["result"] = step, result
+                best.observe(step, result["accuracy"])
                 stop = early.observe(step, result["accuracy"])
             if early.active:
                 stop = group.share(stop)  # rank 0 decides; every rank must leave the loop at the same step
@@ -683,6 +717,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
                 control.should_training_stop = True
 
     early = EarlyStop(recipe)
+    best = BestWeights(model, enabled=bool(recipe.eval.keep_best) and bool(eval_rows))
     group: Ranks = ranks  # narrowed for the callback class below
     last_eval: dict[str, Any] = {}  # the latest held-out evaluation during training: the final one after an early stop
     if resumed_from is not None:
@@ -694,6 +729,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
             early.observe(int(e["step"]), float(e["accuracy"]))
     elif eval_rows and recipe.eval.before_training:
         summary["accuracy_before"] = run_eval(0)["accuracy"]
+        best.observe(0, summary["accuracy_before"])
         early.observe(0, summary["accuracy_before"])
     t_train = time.monotonic()
     if not training_done:
@@ -723,12 +759,20 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
     summary["train_time_s"] = time.monotonic() - t_train
     if peers is not None and ranks.world > 1:  # the other ranks' reward calls, counted once each
         peers.extend(p for p in ranks.gather(asdict(rewards.stats))[1:])
-    if eval_rows:
+    if eval_rows and best.kept is not None:
+        # the best evaluation's weights, evaluated again: on fresh seeds with an environment (an unbiased estimate),
+        # on the same held-out rows without one (optimistic: those rows chose them)
+        summary["kept_best"] = best.restore()
+        final = run_eval(recipe.algorithm.steps, TEST_SEED_OFFSET)
+        summary["kept_best"]["fresh_seeds"] = episodes is not None
+        best.save(run_dir / BEST_DIR, tok)
+    elif eval_rows:
         stopped = summary.get("stopped_early")
         # stopped early: that step's evaluation is the final one (no update since; evaluating again would only
         # repeat it in eval.jsonl)
         final = last_eval["result"] if stopped and last_eval.get("step") == stopped["step"] \
             else run_eval(recipe.algorithm.steps)
+    if eval_rows:
         summary.update(accuracy_after=final["accuracy"], eval_n=final["n"],
                        distinct_completions=final["distinct_completions"])
     check_updates(summary, recipe, len(train_rows))  # completed, or failed with what ran (zero updates included)

@@ -468,6 +468,10 @@ MAPPING: tuple[Mapping, ...] = (
             supported=lambda r: r.eval.stop_after_plateau is None, supported_text=NO_EARLY_STOP, native_default=None),
     Mapping("eval.stop_at_accuracy", "(no early stop)", lambda r: None,
             supported=lambda r: r.eval.stop_at_accuracy is None, supported_text=NO_EARLY_STOP, native_default=None),
+    Mapping("eval.keep_best", "(no best-checkpoint selection)", lambda r: None,
+            supported=lambda r: not r.eval.keep_best,
+            supported_text="false: the run ends with its last weights (unirl selects the best held-out "
+                           "evaluation's weights on TRL only)", native_default=False),
     Mapping("run.checkpoint_every", "trainer.save_freq", lambda r: r.run.checkpoint_every or -1, native_default=-1,
             inverse=save_freq_from),
     Mapping("run.resume", "trainer.resume_mode", lambda r: "auto" if r.run.resume else "disable",
