@@ -136,15 +136,24 @@ class Sweep:
 
 
 @contextmanager
+def unirl_command() -> str:
+    """The ``unirl`` beside this interpreter (a venv's, run without activating it), else the one on PATH."""
+    beside = Path(sys.executable).parent / "unirl"
+    return str(beside) if beside.exists() else "unirl"
+
+
 def sweep_and_compare(command: list[str]) -> Iterator[Sweep]:
     """Run ``command`` (a ``unirl -m`` sweep) in a temporary directory, print compare's table, yield the result."""
+    if command and command[0] == "unirl":
+        command = [unirl_command(), *command[1:]]
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         process = subprocess.run(command, cwd=tmp, capture_output=True, text=True)
         wall = time.perf_counter() - start
         [multirun] = {p.parent for p in Path(tmp).rglob("multirun.yaml")}
-        compared = subprocess.run(["unirl", "compare", str(multirun), "--json"], capture_output=True, text=True)
-        table = subprocess.run(["unirl", "compare", str(multirun)], capture_output=True, text=True)
+        compared = subprocess.run([unirl_command(), "compare", str(multirun), "--json"], capture_output=True,
+                                  text=True)
+        table = subprocess.run([unirl_command(), "compare", str(multirun)], capture_output=True, text=True)
         print(table.stdout, table.stderr)
         yield Sweep(process, wall, multirun, compared, table.stdout)
 

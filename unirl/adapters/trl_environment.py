@@ -6,13 +6,10 @@ order) and ``env_mask`` (1 under a token the model generated, 0 under an observa
 reaches the reward functions per completion (L2741-2748): ``env_return`` (None for a failed episode) and
 ``env_episode`` (the whole episode, for trajectories.jsonl).
 
-Token in, token out: each turn's tokens are appended as generated (its end-of-sequence token kept), never decoded
-and encoded again; an observation is rendered through the chat template the prompt used (the text a template adds
-after a message, as TRL's own tool loop takes it, L1893-1943) and tokenized alone. ``algorithm.max_new_tokens`` is
-the whole episode's completion budget, observations included, as ``max_completion_length`` is in TRL's own tool loop
-(L2044-2070): each turn may generate what is left of it. A turn that runs out of budget before its end-of-sequence
-token ends the episode as truncated; so does an observation that leaves no budget, or no room in the model's
-context, for another turn.
+Token in, token out, observations through the chat template, and ``algorithm.max_new_tokens`` as the whole
+episode's budget, as every rollout engine does (:mod:`unirl.environments.tokens`, whose async loop drives one episode
+per engine call); here the episodes still running generate together, one batched ``generate`` per turn, since
+transformers generates on the trainer's own process.
 """
 
 from __future__ import annotations
