@@ -6,8 +6,9 @@
 1. ``openrlhf.trainer.ray.vllm_engine._load_agent_executor(<run>/openrlhf_agent.py)``: OpenRLHF imports the agent file
    unirl wrote and constructs its ``AgentExecutor`` with no arguments, as every vLLM engine actor does
    (vllm_engine.py:19-30, 56-57).
-2. For each row of the train file unirl exported, ``executor.execute(prompt, label, sampling_params, max_length,
-   hf_tokenizer, llm_engine)``: OpenRLHF's ``MultiTurnAgentExecutor`` loop (openrlhf/utils/agent.py:36-185) over
+2. For the rows of the train file unirl exported, all at once (as one asyncio task each, the way OpenRLHF gathers
+   a prompt's samples), ``executor.execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)``:
+   OpenRLHF's ``MultiTurnAgentExecutor`` loop (openrlhf/utils/agent.py:36-185) over
    unirl's ``AgentInstance``. The only stand-in is the engine: a scripted policy over the builtin model's tokenizer,
    returning vLLM ``RequestOutput``-shaped objects (token ids with the end-of-sequence token, ``finish_reason``,
    per-token logprobs in vLLM's ``{token_id: Logprob}`` shape).
@@ -61,12 +62,16 @@ async def run_rows(args: argparse.Namespace) -> dict[str, Any]:
     rows = [json.loads(line) for line in (run / "data" / "train.jsonl").read_text().splitlines()][: args.rows]
     generator = SamplesGenerator.__new__(SamplesGenerator)  # the method reads no state; __init__ needs Ray/vLLM
     max_len = int(flags["data.max_len"])
+    engines = [ScriptedPolicy(tok, args.policy) for _ in rows]
+    # concurrently, as RolloutRayActor.generate_responses gathers a prompt's samples (vllm_engine.py:194-206): each
+    # execute is its own asyncio task, which is what keeps each sample's turns apart in unirl's agent
+    responses = await asyncio.gather(*(
+        executor.execute(prompt=row["input"], label=row["label"],
+                         sampling_params=types.SimpleNamespace(max_tokens=None, logprobs=1),  # what execute() reads
+                         max_length=max_len, hf_tokenizer=tok, llm_engine=engine)
+        for row, engine in zip(rows, engines, strict=True)))
     results = []
-    for row in rows:
-        engine = ScriptedPolicy(tok, args.policy)
-        sampling_params = types.SimpleNamespace(max_tokens=None, logprobs=1)  # the fields execute() reads
-        response = await executor.execute(prompt=row["input"], label=row["label"], sampling_params=sampling_params,
-                                          max_length=max_len, hf_tokenizer=tok, llm_engine=engine)
+    for engine, response in zip(engines, responses, strict=True):
         exp = generator._process_response_into_experience(response, max_len=max_len)
         prompt_tokens = response["action_ranges"][0][0] if response["action_ranges"] else None
         results.append({
