@@ -253,3 +253,17 @@ def test_keep_best_ends_with_the_best_evaluation_s_weights_measured_on_fresh_epi
     final = {r["episode"]["task"]["seed"] for r in samples if r["step"] == 6}
     assert final and not final & choosing  # the kept weights are measured on episodes no choosing evaluation saw
     assert AutoModelForCausalLM.from_pretrained(run_dir / "best").num_parameters() > 0
+
+
+def test_the_capability_matrix_shows_where_environments_run_and_what_they_lose(isolated: Path) -> None:
+    out = run_cli("frameworks", "--json", cwd=isolated)
+    assert out.returncode == 0, out.stderr
+    rows = {r["name"]: {e["engine"]: e for e in r["environments"]} for r in json.loads(out.stdout)}
+    assert {name: sorted(engines) for name, engines in rows.items()} == {
+        "trl": ["hf"], "verl": ["sglang", "vllm"], "openrlhf": ["vllm"], "nemo_rl": ["vllm"], "slime": ["sglang"],
+        "vime": ["vllm"]}
+    assert rows["openrlhf"]["vllm"]["loop"] == "unirl.adapters.openrlhf_agent:AgentExecutor"
+    assert "last step's extra_logs only" in rows["openrlhf"]["vllm"]["loses"]
+    assert "reset's text is not shown" in rows["nemo_rl"]["vllm"]["loses"]
+    table = run_cli("frameworks", cwd=isolated)  # the table has the column (its width depends on the terminal)
+    assert table.returncode == 0 and "hf:" in table.stdout and "sglang:" in table.stdout

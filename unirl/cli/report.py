@@ -150,23 +150,29 @@ def print_plugins(host: Any, as_json: bool) -> None:
 def print_frameworks(host: Any, as_json: bool) -> None:
     """The capability matrix, from each plugin's own declaration, and what is installed where unirl looks."""
     rows = []
+    engines = [host.rollout_engines.get(name) for name in host.rollout_engines.names()]
     for entry in host.frameworks:
         fw = host.frameworks.get(entry.name)
+        # the registry's episode loops for this backend: which engine runs environments here, and what is lost
+        environments = [{"engine": e.name, "loop": e.episodes[fw.name], "loses": e.episodes_lose.get(fw.name, "")}
+                        for e in engines if fw.name in e.episodes]
         rows.append({"name": fw.name, "installed": fw.installed_version(), "plugin": entry.source,
-                     "description": fw.description, **asdict(fw.capabilities)})
+                     "description": fw.description, **asdict(fw.capabilities), "environments": environments})
     if as_json:
         print(json.dumps(rows, indent=2))
         return
     from rich.table import Table
 
     table = Table("framework", "installed (tested)", "placement", "sync / async", "training backends", "rollout",
-                  "multi-node", "algorithms", "custom reward", "GPU", show_lines=True)
+                  "multi-node", "algorithms", "custom reward", "environments (engine: what is lost)", "GPU",
+                  show_lines=True)
     for r in rows:
         tested = f" ({r['tested_version']})" if r["tested_version"] else ""
         table.add_row(r["name"], f"{r['installed'] or 'no'}{tested}", "\n".join(r["placement"]), "\n".join(r["modes"]),
                       "\n".join(r["training_backends"]), ", ".join(r["rollout_engines"]), r["multi_node"],
                       f"{', '.join(r['native_algorithms'])}\n(unirl maps: {', '.join(r['algorithms'])})",
                       r["custom_reward"],
+                      "\n".join(f"{e['engine']}: {e['loses'] or 'nothing'}" for e in r["environments"]) or "none",
                       "needs one" if r["needs_gpu"] else "optional (runs on CPU)")
     console().print(table)
     console().print("installed: looked up in framework.python's interpreter, else $UNIRL_<NAME>_PYTHON, else "
