@@ -244,7 +244,10 @@ def test_unirl_environments_lists_a_plugin_files_environments(tmp_path: Path, en
     assert out.returncode == 0, out.stderr
     rows = {r["name"]: r for r in json.loads(out.stdout)}
     lookup = rows["kv_lookup"]
-    assert lookup["tools"] == ["get"] and lookup["metrics"] == ["called"] and lookup["max_turns"] == 3
+    # its own metrics, then what the default step counts about tool calls (declared for every environment with tools)
+    assert lookup["tools"] == ["get"] and lookup["max_turns"] == 3
+    assert lookup["metrics"] == ["called", "tool_calls", "tool_malformed", "tool_unknown", "tool_bad_arguments",
+                                 "tool_failed", "tool_raised"]
     assert lookup["description"] == "Answer with the value stored under the prompt's key."
 
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from unirl.errors import UnirlError
+from unirl.errors import InfrastructureError, UnirlError
 from unirl.rewards.contract import RewardResult, as_number
 
 Message = dict[str, Any]
@@ -47,6 +47,17 @@ Message = dict[str, Any]
 Observation = str | list[Message] | None
 TOOL_MARK = "__unirl_tool__"
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+TOOL_METRICS = ("tool_calls", "tool_malformed", "tool_unknown", "tool_bad_arguments", "tool_failed", "tool_raised")
+"""What the default ``step`` counts per turn; declared for every environment that has tools: calls, and the calls
+that could not run or failed, by kind (a malformed call, an unknown tool, wrong arguments, a tool that raised
+:class:`ToolError`, a tool that raised anything else)."""
+
+
+class ToolError(Exception):
+    """Raised by a tool to report a failure the model should see (its message becomes the tool's answer), counted
+    as ``tool_failed``; any other exception from a tool is shown the same way and counted as ``tool_raised``."""
 
 
 class ContractViolation(ValueError):
@@ -98,20 +109,33 @@ class Environment:
         raise NotImplementedError(f"{type(self).__name__}.reset(task) must return the opening message(s)")
 
     def step(self, action: str) -> Step:
-        """The default: run the tool call in ``action``; an action without one ends the episode."""
+        """The default: run the tool call in ``action``; an action without one ends the episode. A call that cannot
+        run (malformed, an unknown tool, wrong arguments) or whose tool fails becomes a tool message the model sees,
+        and is counted in the step's metrics by kind (:data:`TOOL_METRICS`)."""
         call = parse_tool_call(action)
         if call is None:
             return Step(done=True)
+
+        def failed(kind: str, text: str, name: str | None = None) -> Step:
+            return Step(observation=[tool_message(f"error: {text}", name)], metrics={"tool_calls": 1.0, kind: 1.0})
+
         if isinstance(call, ToolCallError):
-            return Step(observation=[tool_message(f"error: {call.reason}")], metrics={})
+            return failed("tool_malformed", call.reason)
         fn = tools_of(type(self)).get(call.name)
         if fn is None:
-            return Step(observation=[tool_message(f"error: no tool named {call.name!r}; tools are "
-                                                  f"{sorted(tools_of(type(self)))}")])
+            return failed("tool_unknown", f"no tool named {call.name!r}; tools are {sorted(tools_of(type(self)))}")
         problem = argument_problem(fn, call.arguments)
         if problem:
-            return Step(observation=[tool_message(f"error: {call.name}: {problem}")])
-        return Step(observation=[tool_message(str(getattr(self, fn.__name__)(**call.arguments)), call.name)])
+            return failed("tool_bad_arguments", f"{call.name}: {problem}", call.name)
+        try:
+            result = getattr(self, fn.__name__)(**call.arguments)
+        except ToolError as exc:
+            return failed("tool_failed", f"{call.name}: {exc}", call.name)
+        except InfrastructureError:  # what the tool needs is broken (its sandbox): the episode's error, not the model's
+            raise
+        except Exception as exc:  # the tool's bug is the model's observation and a counted error, as in TRL's loop
+            return failed("tool_raised", f"{call.name} raised {type(exc).__name__}: {exc}", call.name)
+        return Step(observation=[tool_message(str(result), call.name)], metrics={"tool_calls": 1.0})
 
     def final(self) -> float | RewardResult | None:
         return None
@@ -299,10 +323,12 @@ def environment(name: str | None = None, *, metrics: tuple[str, ...] = ()) -> Ca
         if not isinstance(cls.max_turns, int) or isinstance(cls.max_turns, bool) or cls.max_turns < 1:
             raise UnirlError(f"environment {cls.__qualname__}: max_turns={cls.max_turns!r}; a whole number >= 1")
         cls.name = name or cls.__name__
-        cls.metrics = tuple(metrics)
+        # an environment with tools also logs what its tool calls did (the default step counts them)
+        metrics_ = (*metrics, *(m for m in TOOL_METRICS if m not in metrics)) if tools_of(cls) else tuple(metrics)
+        cls.metrics = metrics_
         module = sys.modules.get(cls.__module__)
         description = (inspect.getdoc(cls) or "").split("\n")[0]
-        _DECORATED[cls.name] = EnvironmentSpec(cls.name, cls, tuple(metrics), description, cls.__module__,
+        _DECORATED[cls.name] = EnvironmentSpec(cls.name, cls, metrics_, description, cls.__module__,
                                                cls.__qualname__, getattr(module, "__file__", None))
         return cls
 

@@ -24,9 +24,12 @@ from unirl.environments.contract import (
     check_final,
     check_step,
 )
+from unirl.errors import InfrastructureError
 
 Termination = Literal["done", "max_turns", "truncated", "error", "unfinished"]
-ErrorKind = Literal["exception", "timeout", "invalid"]
+ErrorKind = Literal["exception", "timeout", "invalid", "infrastructure"]
+"""How an episode failed: the environment raised, ran past its deadline, broke the contract, or what it needs (its
+sandbox, a service) was broken (:class:`unirl.errors.InfrastructureError`: the machine's fault, not the model's)."""
 
 
 class EnvironmentTimeout(Exception):
@@ -154,6 +157,8 @@ class EpisodeRunner:
             self._fail("timeout", exc)
         except ContractViolation as exc:
             self._fail("invalid", exc)
+        except InfrastructureError as exc:
+            self._fail("infrastructure", exc)
         except Exception as exc:
             self._fail("exception", exc)
         return None

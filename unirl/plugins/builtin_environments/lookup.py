@@ -50,7 +50,7 @@ class Lookup(Environment):
         text = action.strip()
         if "<tool_call>" in text:
             answer = super().step(text)
-            return Step(observation=answer.observation, done=answer.done, metrics={"called": 1.0})
+            return Step(observation=answer.observation, done=answer.done, metrics={**answer.metrics, "called": 1.0})
         call = (CALL if self.keyed else UNKEYED_CALL).match(text)
         if call is not None:
             key = call.group(1) or self.key

@@ -11,3 +11,4 @@ from unirl.host.registry import Registry
 @hookimpl
 def unirl_add_environments(registry: Registry[Any]) -> None:
     registry.add("unirl.plugins.builtin_environments.lookup:LOOKUP", name="lookup")
+    registry.add("unirl.plugins.builtin_environments.python_tool:PYTHON", name="python")
