@@ -7,6 +7,7 @@ so a failed episode scores ``reward_policy.fallback_score``, is counted by kind,
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from unirl.environments.tokens import EpisodeTokens, episode_record
 from unirl.errors import UnirlError
 from unirl.rewards.contract import Sample
 
-__all__ = ["ENVIRONMENT_SPEC_ENV", "NativeEpisodes", "episodes_for"]
+__all__ = ["ENVIRONMENT_SPEC_ENV", "NativeEpisodes", "episodes_for", "episodes_from_env"]
 
 
 class NativeEpisodes:
@@ -64,6 +65,16 @@ class NativeEpisodes:
 
 _EPISODES: dict[tuple[str, str], NativeEpisodes] = {}
 _LOCK = threading.Lock()
+
+
+def episodes_from_env(backend: str) -> NativeEpisodes:
+    """The run's environment for a rollout process that finds its spec in ``$UNIRL_ENVIRONMENT_SPEC`` (slime's
+    generate function from the plan's environment, OpenRLHF's agent from the agent file unirl writes)."""
+    path = os.environ.get(ENVIRONMENT_SPEC_ENV)
+    if not path:
+        raise RuntimeError(f"unirl's {backend} episode loop needs ${ENVIRONMENT_SPEC_ENV}, the run's environment "
+                           "specification (the plan sets it)")
+    return episodes_for(backend, path)
 
 
 def episodes_for(backend: str, spec_path: str | Path) -> NativeEpisodes:

@@ -34,7 +34,7 @@ from typing import Any
 
 from unirl.adapters.episodes import NativeEpisodes, episodes_for
 from unirl.environments.episode import EpisodeRunner
-from unirl.environments.tokens import ChatRendering, EpisodeTokens
+from unirl.environments.tokens import ChatRendering, EpisodeTokens, add_observation
 from unirl.rewards.contract import Sample
 from unirl.rewards.row_origin import untag_reference
 
@@ -80,7 +80,7 @@ class EpisodeTable:
         runner = self.episodes.runner(prompt_messages, None if reference in (None, "") else str(reference), {})
         runner.start()
         prompt = "".join(m["content"] for m in prompt_messages)
-        ids = list(self.tok(prompt, add_special_tokens=False)["input_ids"])
+        ids = self.rendering.text_ids(prompt)
         state = _Open(runner, EpisodeTokens(ids), prompt, runner.task.reference, origin,
                       metadata={k: v for k, v in metadata.items() if k != EPISODE_KEY})
         episode_id = uuid.uuid4().hex
@@ -98,20 +98,14 @@ class EpisodeTable:
         answers = [m for m in log if m.get("role") == ANSWER_ROLE]
         action = str(answers[-1]["content"]) if answers else ""
         item, budget = state.item, self.episodes.settings.max_new_tokens
-        turn_ids = list(self.tok(action, add_special_tokens=False)["input_ids"])
+        turn_ids = self.rendering.text_ids(action)
         item.completion_ids += turn_ids
         item.env_mask += [1] * len(turn_ids)
         runner = state.runner
-        over_budget = len(item.completion_ids) >= budget
-        observation = runner.act(action, truncated=over_budget)
-        text = self.rendering.observation_text(observation) if observation is not None else ""
-        observed = list(self.tok(text, add_special_tokens=False)["input_ids"]) if text else []
-        if observation is not None and len(item.completion_ids) + len(observed) >= budget:
-            runner.truncate()  # no budget left for another turn
-            observation, text = None, ""
-        if observation is not None:
-            item.completion_ids += observed
-            item.env_mask += [0] * len(observed)
+        observation = runner.act(action, truncated=len(item.completion_ids) >= budget)
+        text = None if observation is None else add_observation(item, runner, self.rendering, observation,
+                                                                budget=budget)
+        if text is not None:
             reward = runner.episode.turns[-1].reward
             state.sent += reward
             return TurnResult({"role": OBSERVATION_ROLE, "content": text}, {**state.metadata, EPISODE_KEY: episode_id},

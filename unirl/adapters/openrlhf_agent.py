@@ -27,15 +27,14 @@ minus the tokens so far, and ``step({"action_text", ...})`` returning ``rewards`
 from __future__ import annotations
 
 import contextvars
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from unirl.adapters.episodes import ENVIRONMENT_SPEC_ENV, NativeEpisodes, episodes_for
+from unirl.adapters.episodes import episodes_from_env
 from unirl.environments.episode import EpisodeRunner
-from unirl.environments.tokens import ChatRendering, EpisodeTokens
+from unirl.environments.tokens import ChatRendering, EpisodeTokens, add_observation, cut_turn, eos_ids_of
 from unirl.rewards.contract import Sample
 from unirl.rewards.row_origin import untag_reference
 
@@ -71,22 +70,14 @@ class _RecordingEngine:
         return output
 
 
-def _episodes() -> NativeEpisodes:
-    path = os.environ.get(ENVIRONMENT_SPEC_ENV)
-    if not path:
-        raise RuntimeError(f"the unirl OpenRLHF agent needs ${ENVIRONMENT_SPEC_ENV} (the run's agent file sets it)")
-    return episodes_for("openrlhf", path)
-
-
 class AgentInstance(AgentInstanceBase):  # type: ignore[misc]  # OpenRLHF ships no type information
     """One episode: OpenRLHF makes a fresh instance per sample (agent.py:39)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.episodes = _episodes()
+        self.episodes = episodes_from_env("openrlhf")
         self.turns = _CURRENT.get()
         self.rendering = ChatRendering(self.turns.tokenizer, chat_template=self.episodes.settings.chat_template)
-        eos = self.turns.tokenizer.eos_token_id
-        self.eos_ids = {int(t) for t in (eos if isinstance(eos, list) else [eos]) if t is not None}
+        self.eos_ids = eos_ids_of(self.turns.tokenizer)
         self.runner: EpisodeRunner | None = None
         self.item = EpisodeTokens([])
         self.prompt = ""
@@ -108,7 +99,7 @@ class AgentInstance(AgentInstanceBase):  # type: ignore[misc]  # OpenRLHF ships 
         opening = await asyncio.to_thread(runner.start)
         messages = opening if opening is not None else [{"role": "user", "content": self.prompt}]
         text = self.rendering.prompt_text(messages)
-        self.item = EpisodeTokens(list(self.turns.tokenizer(text, add_special_tokens=False)["input_ids"]))
+        self.item = EpisodeTokens(self.rendering.text_ids(text))
         self.failed_at_start = opening is None
         return {"observation": text}
 
@@ -120,26 +111,16 @@ class AgentInstance(AgentInstanceBase):  # type: ignore[misc]  # OpenRLHF ships 
         runner, item, budget = self.runner, self.item, self.episodes.settings.max_new_tokens
         assert runner is not None
         tokens, finish = self.turns.turns[-1] if self.turns.turns else ([], None)
-        end = next((k for k, t in enumerate(tokens) if t in self.eos_ids), None)
-        item.completion_ids += tokens
+        item.completion_ids += tokens  # as OpenRLHF keeps them (its engine stops at the end-of-sequence token)
         item.env_mask += [1] * len(tokens)
-        truncated = end is None or finish == "length"
-        answer = None
+        kept, no_end = cut_turn(tokens, len(tokens), self.eos_ids)
+        truncated = no_end or finish == "length"
+        feedback = None
         if not self.failed_at_start:
-            action = self.turns.tokenizer.decode(tokens if end is None else tokens[:end], skip_special_tokens=True)
-            answer = await asyncio.to_thread(runner.act, action, truncated)
-        feedback = ""
-        if answer is not None:
-            text = self.rendering.observation_text(answer)
-            observed = list(self.turns.tokenizer(text, add_special_tokens=False)["input_ids"])
-            if len(item.completion_ids) + len(observed) >= budget:
-                runner.truncate()  # no budget left for another turn: the episode ends here
-                answer = None
-            else:
-                feedback = text
-                item.completion_ids += observed
-                item.env_mask += [0] * len(observed)
-        if answer is not None:
+            answer = await asyncio.to_thread(runner.act, self.rendering.action_text(kept, no_end), truncated)
+            if answer is not None:
+                feedback = add_observation(item, runner, self.rendering, answer, budget=budget)
+        if feedback is not None:
             turn_reward = runner.episode.turns[-1].reward
             self.sent += turn_reward
             self.turns.remaining = budget - len(item.completion_ids)
@@ -173,6 +154,6 @@ class AgentExecutor(MultiTurnAgentExecutor):  # type: ignore[misc]
 
     async def execute(self, prompt: Any, label: Any, sampling_params: Any, max_length: int, hf_tokenizer: Any,
                       llm_engine: Any, images: Any = None) -> dict[str, Any]:
-        _CURRENT.set(_Turns(hf_tokenizer, _episodes().settings.max_new_tokens))
+        _CURRENT.set(_Turns(hf_tokenizer, episodes_from_env("openrlhf").settings.max_new_tokens))
         return dict(await super().execute(prompt, label, sampling_params, max_length, hf_tokenizer,
                                           _RecordingEngine(llm_engine), images=images))

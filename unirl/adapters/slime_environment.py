@@ -30,13 +30,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from unirl.adapters.episodes import ENVIRONMENT_SPEC_ENV, NativeEpisodes, episodes_for
-from unirl.environments.tokens import ChatRendering, Generated, drive_episode
+from unirl.adapters.episodes import episodes_from_env
+from unirl.environments.tokens import ChatRendering, Generated, drive_episode, eos_ids_of
 from unirl.rewards.contract import Sample as UnirlSample
 
 HTTP_TIMEOUT_S = 600.0  # one turn of a rollout engine; a hung engine fails the episode instead of the run hanging
@@ -87,19 +86,11 @@ def _tokenizer(checkpoint: str) -> Any:
     return AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True)
 
 
-def _episodes(backend: str) -> NativeEpisodes:
-    path = os.environ.get(ENVIRONMENT_SPEC_ENV)
-    if not path:
-        raise RuntimeError(f"unirl's {backend} generate function needs ${ENVIRONMENT_SPEC_ENV} (the plan sets it)")
-    return episodes_for(backend, path)
-
-
 async def run_episode(backend: str, turn: Turn, args: Any, sample: Any, sampling_params: dict[str, Any]) -> Any:
-    episodes = _episodes(backend)
+    episodes = episodes_from_env(backend)
     tok = _tokenizer(str(args.hf_checkpoint))
     rendering = ChatRendering(tok, chat_template=episodes.settings.chat_template)
-    eos = tok.eos_token_id
-    eos_ids = {int(t) for t in (eos if isinstance(eos, list) else [eos]) if t is not None}
+    eos_ids = eos_ids_of(tok)
     metadata = dict(getattr(sample, "metadata", None) or {})
     label = getattr(sample, "label", None)
     reference = None if label is None or label == "" else str(label)

@@ -20,7 +20,7 @@ from typing import Any
 
 from unirl.environments.contract import EnvironmentSpec, Task
 from unirl.environments.episode import EpisodeRunner
-from unirl.environments.tokens import ChatRendering, EpisodeTokens, episode_record
+from unirl.environments.tokens import ChatRendering, EpisodeTokens, add_observation, cut_turn, episode_record
 
 
 def episode_seed(run_seed: int, batch: int, index: int) -> int:
@@ -91,24 +91,15 @@ class TrlEpisodes:
                         top_k=None, suppress_tokens=self.suppress, pad_token_id=pad, eos_token_id=stop)
                 still: list[int] = []
                 for i, budget, new in zip(active, left, generated[:, width:].tolist(), strict=True):
-                    new = new[:budget]  # a batch generates to the longest budget left; each keeps its own
-                    end = next((k for k, t in enumerate(new) if t in self.eos_ids), None)
-                    turn = new if end is None else new[:end + 1]  # the end-of-sequence token stays in the sequence
+                    # a batch generates to the longest budget left; each keeps its own
+                    turn, truncated = cut_turn(new, budget, self.eos_ids)
                     item = out[i]
                     item.completion_ids += turn
                     item.env_mask += [1] * len(turn)
-                    action = self.tok.decode(turn if end is None else turn[:-1], skip_special_tokens=True)
-                    answer = runners[i].act(action, truncated=end is None)
-                    if answer is None:
+                    answer = runners[i].act(self.rendering.action_text(turn, truncated), truncated=truncated)
+                    if answer is None or add_observation(item, runners[i], self.rendering, answer,
+                                                         budget=self.max_new_tokens, context=context) is None:
                         continue
-                    observed = self.rendering.observation_ids(answer)
-                    used = len(item.prompt_ids) + len(item.completion_ids) + len(observed)
-                    if len(item.completion_ids) + len(observed) >= self.max_new_tokens or (
-                            context is not None and used >= context):
-                        runners[i].truncate()  # no budget left for another turn: the episode ends here
-                        continue
-                    item.completion_ids += observed
-                    item.env_mask += [0] * len(observed)
                     still.append(i)
                 active = still
         finally:

@@ -29,7 +29,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 
 from unirl.adapters.episodes import episodes_for
 from unirl.adapters.verl import PROMPT_KEY, sample_from_verl
-from unirl.environments.tokens import ChatRendering, Generated, drive_episode
+from unirl.environments.tokens import ChatRendering, Generated, drive_episode, eos_ids_of
 
 AGENT_NAME = "unirl_environment"
 
@@ -40,8 +40,7 @@ class UnirlAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
         self.episodes = episodes_for("verl", unirl_environment)
         self.rendering = ChatRendering(self.tokenizer, chat_template=True,
                                        template_kwargs=dict(self.apply_chat_template_kwargs or {}))
-        eos = self.tokenizer.eos_token_id
-        self.eos_ids = {int(t) for t in (eos if isinstance(eos, list) else [eos]) if t is not None}
+        self.eos_ids = eos_ids_of(self.tokenizer)
         self.budget = min(int(self.rollout_config.response_length), self.episodes.settings.max_new_tokens)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:

@@ -57,7 +57,28 @@ class ChatRendering:
         return after[len(before):] if after.startswith(before) else after
 
     def observation_ids(self, messages: list[Message]) -> list[int]:
-        return list(self.tok(self.observation_text(messages), add_special_tokens=False)["input_ids"])
+        return self.text_ids(self.observation_text(messages))
+
+    def text_ids(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def action_text(self, tokens: list[int], truncated: bool) -> str:
+        """What the environment sees of a turn: its text, without the end-of-sequence token that closed it."""
+        return str(self.tok.decode(tokens if truncated else tokens[:-1], skip_special_tokens=True))
+
+
+def eos_ids_of(tok: Any) -> set[int]:
+    """The tokenizer's end-of-sequence token ids (one, or a list)."""
+    eos = tok.eos_token_id
+    return {int(t) for t in (eos if isinstance(eos, list) else [eos]) if t is not None}
+
+
+def cut_turn(generated: list[int], left: int, eos_ids: set[int]) -> tuple[list[int], bool]:
+    """A turn as the episode keeps it: at most ``left`` tokens, up to and including the first end-of-sequence token
+    (it stays in the sequence); and whether it was truncated (no end-of-sequence token within them)."""
+    tokens = list(generated)[:left]
+    end = next((k for k, t in enumerate(tokens) if t in eos_ids), None)
+    return (tokens, True) if end is None else (tokens[:end + 1], False)
 
 
 @dataclass
@@ -71,6 +92,24 @@ class EpisodeTokens:
     env_mask: list[int] = field(default_factory=list)
     logprobs: list[float] | None = None
     episode: Episode | None = None
+
+
+def add_observation(item: EpisodeTokens, runner: EpisodeRunner, rendering: ChatRendering,
+                    messages: list[Message], *, budget: int, context: int | None = None) -> str | None:
+    """Append an observation's tokens (mask 0, log-probability 0.0) when the episode has budget (``budget``
+    completion tokens, ``context`` in all) for another turn after it; else end the episode as truncated there.
+    Returns the observation's text, or None when the episode ended."""
+    text = rendering.observation_text(messages)
+    observed = rendering.text_ids(text)
+    used = len(item.prompt_ids) + len(item.completion_ids) + len(observed)
+    if len(item.completion_ids) + len(observed) >= budget or (context is not None and used >= context):
+        runner.truncate()  # no budget left for another turn: the episode ends here
+        return None
+    item.completion_ids += observed
+    item.env_mask += [0] * len(observed)
+    if item.logprobs is not None:
+        item.logprobs += [0.0] * len(observed)
+    return text
 
 
 def episode_record(item: EpisodeTokens) -> dict[str, Any] | None:
@@ -105,8 +144,7 @@ async def drive_episode(runner: EpisodeRunner, rendering: ChatRendering, generat
     chat template's. ``context``: the model's context length, which the prompt and completion must fit."""
     opening = await asyncio.to_thread(runner.start)
     messages = opening if opening is not None else [{"role": "user", "content": ""}]
-    item = EpisodeTokens(await prompt_ids(messages) if prompt_ids else rendering.prompt_ids(messages))
-    logprobs: list[float] | None = []
+    item = EpisodeTokens(await prompt_ids(messages) if prompt_ids else rendering.prompt_ids(messages), logprobs=[])
     if opening is not None:
         while True:
             left = budget - len(item.completion_ids)
@@ -114,28 +152,16 @@ async def drive_episode(runner: EpisodeRunner, rendering: ChatRendering, generat
                 runner.truncate()
                 break
             turn = await generate(item.prompt_ids + item.completion_ids, left)
-            tokens = list(turn.token_ids)[:left]
-            end = next((k for k, t in enumerate(tokens) if t in eos_ids), None)
-            tokens = tokens if end is None else tokens[:end + 1]  # the end-of-sequence token stays in the sequence
+            tokens, truncated = cut_turn(turn.token_ids, left, eos_ids)
             item.completion_ids += tokens
             item.env_mask += [1] * len(tokens)
-            if logprobs is not None and turn.logprobs is not None and len(turn.logprobs) >= len(tokens):
-                logprobs += [float(x) for x in turn.logprobs[:len(tokens)]]
+            if item.logprobs is not None and turn.logprobs is not None and len(turn.logprobs) >= len(tokens):
+                item.logprobs += [float(x) for x in turn.logprobs[:len(tokens)]]
             else:
-                logprobs = None  # the engine reported none (or not for every token): say so, do not pad with zeros
-            action = rendering.tok.decode(tokens if end is None else tokens[:-1], skip_special_tokens=True)
-            answer = await asyncio.to_thread(runner.act, action, end is None)
-            if answer is None:
+                item.logprobs = None  # the engine reported none (or not for every token): say so, never pad zeros
+            answer = await asyncio.to_thread(runner.act, rendering.action_text(tokens, truncated), truncated)
+            if answer is None or add_observation(item, runner, rendering, answer, budget=budget,
+                                                 context=context) is None:
                 break
-            observed = rendering.observation_ids(answer)
-            used = len(item.prompt_ids) + len(item.completion_ids) + len(observed)
-            if len(item.completion_ids) + len(observed) >= budget or (context is not None and used >= context):
-                runner.truncate()  # no budget left for another turn: the episode ends here
-                break
-            item.completion_ids += observed
-            item.env_mask += [0] * len(observed)
-            if logprobs is not None:
-                logprobs += [0.0] * len(observed)
     item.episode = await asyncio.to_thread(runner.finish)
-    item.logprobs = logprobs
     return item
