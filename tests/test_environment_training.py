@@ -107,7 +107,7 @@ def test_episode_tokens_are_concatenated_as_generated_with_observations_masked()
 
     model, tok = build("tiny-arith", 0)
     torch.manual_seed(0)
-    episodes = TrlEpisodes(get_host().environments.get("lookup"), {}, tok=tok, rows_by_prompt={}, chat_template=False,
+    episodes = TrlEpisodes(get_host().environments.get("lookup"), {}, tok=tok, rows=[], chat_template=False,
                            max_new_tokens=12, temperature=1.0, top_p=1.0, timeout_s=30, max_turns=None, run_seed=0,
                            eos_ids={tok.eos_token_id}, suppress=None)
     # force a lookup: a model that always writes "=3" then end-of-sequence, whatever it is asked
@@ -121,7 +121,8 @@ def test_episode_tokens_are_concatenated_as_generated_with_observations_masked()
             tail = torch.tensor([forced] * input_ids.shape[0])
             return torch.cat([input_ids, tail], dim=1)
 
-    [item] = episodes.run(Scripted(), ["3?"], [7], greedy=True)
+    row = {"prompt": "3?", "reference": None, "metadata": {}}
+    [item] = episodes.run(Scripted(), [row], [7], greedy=True)
     episode = item.episode
     assert episode is not None and [t.action for t in episode.turns] == ["=3", "=3"]
     value = episode.turns[0].observation
@@ -133,7 +134,7 @@ def test_episode_tokens_are_concatenated_as_generated_with_observations_masked()
 
     # the budget is the whole episode's: 3 tokens of lookup and 2 of observation leave none of 5 for another turn
     episodes.max_new_tokens = 5
-    [short] = episodes.run(Scripted(), ["3?"], [7], greedy=True)
+    [short] = episodes.run(Scripted(), [row], [7], greedy=True)
     assert short.episode is not None and short.episode.termination == "truncated"
     assert len(short.episode.turns) == 1 and short.episode.turns[0].truncated
     assert short.completion_ids == forced  # the observation that did not fit is not appended
@@ -193,6 +194,60 @@ def test_an_environment_that_keeps_failing_stops_the_run_saying_why(tmp_path: Pa
     assert records and all(r["error_kinds"]["environment"] == "exception" for r in records)
     assert "RuntimeError: grader unavailable" in records[0]["episode"]["traceback"]
     assert all(r["scores"]["environment"] is None for r in records)  # no fake zero
+
+
+SECRET_GAME = textwrap.dedent('''
+    import unirl
+
+
+    @unirl.environment("secret_digit")  # no metrics declared: the ones its steps return are logged anyway
+    class SecretDigit(unirl.Environment):
+        max_turns = 1
+
+        def reset(self, task):
+            self.secret, self.row = int(task.metadata["secret"]), int(task.metadata["row"])
+            return task.prompt
+
+        def step(self, action):
+            solved = action.strip()[:1] == str(self.secret)
+            return unirl.Step(reward=float(solved), done=True, metrics={"secret": float(self.secret),
+                                                                        "row": float(self.row)})
+
+
+    @unirl.reward("secret_seen", components=("secret",))
+    def secret_seen(sample):  # what a reward sees of the same row
+        return unirl.RewardResult(0.0, {"secret": float(sample.metadata["secret"])})
+''')
+
+
+@pytest.mark.train
+def test_rows_that_share_a_prompt_keep_their_own_hidden_state(tmp_path: Path) -> None:
+    """A game's rows share one prompt and differ only in a secret in their metadata (the usual way to write games
+    and tool tasks): every episode, and every reward, sees its own row's secret, and undeclared metrics are logged."""
+    game = tmp_path / "game.py"
+    game.write_text(SECRET_GAME)
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "1?", "answer": "0", "secret": secret, "row": row}) + "\n"
+                            for row, secret in enumerate([3, 7, 3, 5])))
+    out = run_cli(*SHORT, "environment.name=secret_digit", f"environment.file={game}", "~environment.kwargs.tool",
+                  "~environment.kwargs.keyed",
+                  f"data.train={data}", "data.eval=null", f"rewards=[{{name:secret_seen,file:{game}}}]",
+                  env={"UNIRL_RUNS_DIR": str(tmp_path / "runs")}, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "returned metrics it did not declare: ['secret', 'row']" in out.stderr
+    [run_dir] = run_dirs(tmp_path / "runs")
+    records = read_jsonl(run_dir / "trajectories.jsonl")
+    assert len(records) == 64
+    secrets = {0: 3.0, 1: 7.0, 2: 3.0, 3: 5.0}
+    rows_seen = set()
+    for record in records:
+        metrics = record["episode"]["metrics"]
+        rows_seen.add(int(metrics["row"]))
+        assert metrics["secret"] == secrets[int(metrics["row"])]  # the episode got its own row's secret
+        assert record["components"]["secret_seen/secret"] == metrics["secret"]  # and so did the reward
+        assert record["episode"]["task"]["metadata"]["secret"] == metrics["secret"]  # replayable from the record
+    assert rows_seen == set(secrets)
+    assert {"env/secret", "env/row"} <= set(read_jsonl(run_dir / "metrics.jsonl")[-1])
 
 
 def test_environment_kwargs_its_constructor_does_not_take_are_refused_at_plan_time(isolated: Path) -> None:

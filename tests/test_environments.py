@@ -5,6 +5,7 @@ is (an observation the model sees, or an episode error by kind), never a silent 
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 import time
 from pathlib import Path
@@ -102,6 +103,100 @@ ENV_FILE = textwrap.dedent('''
             return Step(metrics={"secret": 1.0})
 
 
+    @environment("exits")
+    class Exits(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            import sys
+            sys.exit(0)  # a library giving up: status 0 must not read as success
+
+
+    @environment("tool_interrupts")
+    class ToolInterrupts(Environment):
+        def reset(self, task):
+            return "go"
+
+        @tool
+        def stop(self) -> str:
+            """Stop."""
+            raise KeyboardInterrupt
+
+
+    @environment("huge_rewards")
+    class HugeRewards(Environment):
+        max_turns = 3
+
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(observation="more", reward=1e308)  # each finite; their sum is not
+
+
+    @environment("huge_metric")
+    class HugeMetric(Environment):
+        max_turns = 3
+
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(observation="more", metrics={"size": 1e308})
+
+
+    @environment("huge_final")
+    class HugeFinal(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(reward=1e308, done=True)
+
+        def final(self):
+            return 1e308
+
+
+    @environment("huge_observation")
+    class HugeObservation(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(observation="x" * (50 << 20))
+
+
+    @environment("image_observation")
+    class ImageObservation(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(observation=[{"role": "user", "content": [{"type": "image_url", "image_url": "x.png"}]}])
+
+
+    @environment("roleless_opening")
+    class RolelessOpening(Environment):
+        def reset(self, task):
+            return [{"content": "go"}]
+
+
+    @environment("empty_opening")
+    class EmptyOpening(Environment):
+        def reset(self, task):
+            return []
+
+
+    @environment("numeric_done")
+    class NumericDone(Environment):
+        def reset(self, task):
+            return "go"
+
+        def step(self, action):
+            return Step(done=1)
+
+
     @environment("wrong_type")
     class WrongType(Environment):
         def reset(self, task):
@@ -191,16 +286,28 @@ def test_a_malformed_tool_call_is_an_observation_the_model_sees_not_a_failure(
 @pytest.mark.parametrize(("name", "kind", "says"), [
     ("raises", "exception", "RuntimeError: the grader crashed"),
     ("nan_reward", "invalid", "reward nan is not a finite number"),
-    ("undeclared_metric", "invalid", "metrics ['secret'] were not declared"),
     ("wrong_type", "invalid", "step() returned float; expected unirl.Step"),
+    ("exits", "exit", "SystemExit(0) raised in Exits.step"),
+    ("tool_interrupts", "exit", "KeyboardInterrupt() raised in ToolInterrupts.stop, called as Environment.step"),
+    ("huge_rewards", "invalid", "the episode's turn rewards sum to a non-finite number"),
+    ("huge_metric", "invalid", "the episode's metrics ['size'] sum to a non-finite number"),
+    ("huge_final", "invalid", "final() 1e+308 plus the turn rewards is not a finite number"),
+    ("huge_observation", "invalid", "step() observation is 52,428,800 characters; at most 1,048,576"),
+    ("image_observation", "invalid", "step() observation message 0 content is list; only text reaches the model"),
+    ("roleless_opening", "invalid", "reset() message 0 has role None; allowed: ['system', 'user', 'assistant', "
+                                    "'tool']"),
+    ("empty_opening", "invalid", "reset() returned []; expected the opening text or messages"),
+    ("numeric_done", "invalid", "step() done=1 (int); expected True or False"),
 ])
 def test_an_environment_failure_ends_its_episode_counted_by_kind_with_its_traceback(
         name: str, kind: str, says: str, tmp_path: Path, env_file: Path) -> None:
-    code, [episode], _ = replay(tmp_path, env_file, name, [{"prompt": "p"}], [["a"]])
+    turns = ['<tool_call>{"name": "stop", "arguments": {}}</tool_call>'] if name == "tool_interrupts" else ["a"] * 3
+    code, [episode], _ = replay(tmp_path, env_file, name, [{"prompt": "p"}], [turns])
     assert code == 1  # a failed episode fails the command, like a failed reward call
     assert episode["termination"] == "error" and episode["error_kind"] == kind and says in episode["error"]
     assert "Traceback" in episode["traceback"]
-    assert episode["return"] == 0.0 and episode["final_reward"] == 0.0  # final() is not scored after a failure
+    assert episode["final_reward"] == 0.0  # final() is not scored after a failure
+    assert math.isfinite(episode["return"])
     if name == "raises":
         assert "raises closed" in (tmp_path / "closed.txt").read_text()  # close() ran anyway
 
@@ -210,6 +317,68 @@ def test_a_hanging_environment_call_ends_at_its_deadline(tmp_path: Path, env_fil
     code, [episode], _ = replay(tmp_path, env_file, "hangs", [{"prompt": "p"}], [["a"]], "--timeout", "0.5")
     assert code == 1 and episode["error_kind"] == "timeout" and "within 0.5 s" in episode["error"]
     assert time.monotonic() - start < 60  # the command returned; the one-hour sleep did not hold it
+
+
+def test_metrics_an_environment_did_not_declare_are_logged_with_one_warning(tmp_path: Path, env_file: Path) -> None:
+    code, episodes, err = replay(tmp_path, env_file, "undeclared_metric", [{"prompt": "p"}, {"prompt": "q"}],
+                                 [["a"], ["b"]])
+    assert code == 0, err
+    assert [e["metrics"]["secret"] for e in episodes] == [1.0, 1.0] and not any(e["error_kind"] for e in episodes)
+    assert err.count("returned metrics it did not declare: ['secret']") == 1
+
+
+def test_a_task_may_name_its_reference_answer_as_data_files_do(tmp_path: Path, env_file: Path) -> None:
+    code, [episode], err = replay(tmp_path, env_file, "kv_lookup", [{"prompt": "k", "answer": "4"}], [["4"]])
+    assert code == 0, err
+    assert episode["task"]["reference"] == "4"
+    code, _, err = replay(tmp_path, env_file, "kv_lookup", [{"prompt": "k", "answer": "4", "reference": "4"}],
+                          [["4"]])
+    assert code == 2 and "one of 'reference' and 'answer'" in err
+
+
+NOISY_ENV = textwrap.dedent('''
+    import os
+    import unirl
+
+    print("hello from the environment file's import")
+    os.write(1, b"and from its file descriptor\\n")
+
+
+    @unirl.environment("noisy")
+    class Noisy(unirl.Environment):
+        def reset(self, task):
+            print("reset says hi")
+            return "go"
+
+        def step(self, action):
+            print("step says hi")
+            return unirl.Step(done=True)
+''')
+
+
+def test_what_an_environment_prints_never_corrupts_json_output(tmp_path: Path) -> None:
+    from tests.support.cli import run_console
+
+    (tmp_path / "noisy.py").write_text(NOISY_ENV)
+    write_jsonl(tmp_path / "tasks.jsonl", [{"prompt": "p"}])
+    write_jsonl(tmp_path / "actions.jsonl", [{"turns": ["a"]}])
+    out = run_console("env", "test", "noisy", "--file", str(tmp_path / "noisy.py"), "--tasks",
+                      str(tmp_path / "tasks.jsonl"), "--actions", str(tmp_path / "actions.jsonl"), "--json",
+                      cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    [episode] = [json.loads(line) for line in out.stdout.splitlines()]  # every stdout line is a result
+    assert episode["termination"] == "done"
+    assert "hello from the environment file's import" in out.stderr and "step says hi" in out.stderr
+
+
+def test_an_environment_file_that_allocates_gigabytes_at_import_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "hog.py").write_text("blob = b'x' * (6 << 30)\n")
+    write_jsonl(tmp_path / "tasks.jsonl", [{"prompt": "p"}])
+    write_jsonl(tmp_path / "actions.jsonl", [{"turns": ["a"]}])
+    out = run_cli("env", "test", "hog", "--file", str(tmp_path / "hog.py"), "--tasks", str(tmp_path / "tasks.jsonl"),
+                  "--actions", str(tmp_path / "actions.jsonl"), cwd=tmp_path)
+    assert out.returncode == 2
+    assert "--file" in out.stderr and "worker_memory_mb=2048 MiB" in out.stderr and "was stopped" in out.stderr
 
 
 def test_a_failing_close_is_reported_without_hiding_the_episode(tmp_path: Path, env_file: Path) -> None:

@@ -320,3 +320,12 @@ def test_openrlhf_client_gets_the_right_scores_through_the_secret_path(tmp_path:
     assert "score" not in refused[0] and "401" in " ".join(refused[0]["log"])
     assert counts.get(401) == 5 and counts.get(200) == len(PARITY_SAMPLES), counts
 
+
+
+def test_the_server_reads_the_run_s_rows_where_a_launch_exports_them() -> None:
+    from unirl.adapters.openrlhf_requests import RUN_DATA_FILES
+    from unirl.backend.export import export_path
+    from unirl.backend.plan import in_run_dir
+
+    for split, name in RUN_DATA_FILES.items():
+        assert export_path(split, "openrlhf_jsonl") == in_run_dir(name)

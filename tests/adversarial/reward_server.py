@@ -27,7 +27,9 @@ from typing import Any
 
 from tests.adversarial import Case
 from unirl.adapters import common
+from unirl.adapters.openrlhf_requests import RUN_DATA_FILES, RunRows
 from unirl.adapters.openrlhf_server import Limits, RewardServer, serve
+from unirl.rewards.row_origin import tag_reference
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardExecutor
 from unirl.rewards.spec import RewardEntry, RewardPolicy, RewardRuntimeSpec
@@ -61,12 +63,12 @@ def expected_total() -> float:
 
 @contextlib.contextmanager
 def running(tmp: Path, *, limits: Limits = LIMITS, secret: str | None = None,
-            policy: RewardPolicy | None = None) -> Iterator[RewardServer]:
+            policy: RewardPolicy | None = None, run_rows: RunRows | None = None) -> Iterator[RewardServer]:
     """The real server on an ephemeral loopback port, scoring with its own spec; torn down afterwards."""
     spec_path = reward_spec(policy).write(tmp / "reward_spec.json")
     previous = os.environ.get(common.SPEC_ENV)
     os.environ[common.SPEC_ENV] = str(spec_path)
-    server = serve("127.0.0.1", 0, limits=limits, secret=secret)
+    server = serve("127.0.0.1", 0, limits=limits, secret=secret, run_rows=run_rows)
     try:
         yield server
     finally:
@@ -468,7 +470,8 @@ def _idle_connections_over_the_cap(tmp: Path) -> None:
 
 
 def _slowloris_crowd(tmp: Path) -> None:
-    """2x the cap of connections each trickling headers: each gets its 408, and a real request still gets in."""
+    """2x the cap of connections each trickling headers: each gets its 408 (or a 503 when it was shed to make room
+    for a waiting connection), and a real request still gets in."""
     with running(tmp) as server:
         data = request(GOOD)
         conns = [Connection(server) for _ in range(2 * LIMITS.max_connections)]
@@ -483,8 +486,71 @@ def _slowloris_crowd(tmp: Path) -> None:
             stop.set()
             for c in conns:
                 c.close()
-        assert all(r.status == 408 for r in replies), [r.status for r in replies]
+        assert all(r.status in (408, 503) for r in replies), [r.status for r in replies]
         assert_serves(server)
+
+
+SLOWLORIS_LIMITS = Limits(max_connections=8, idle_timeout_s=15.0, request_timeout_s=30.0, header_timeout_s=10.0,
+                          max_body_bytes=1 << 20, max_batch=64)
+"""The default deadlines (tens of seconds), over a small cap: what a slow client could hold a slot for."""
+
+
+def _slowloris_at_default_deadlines(tmp: Path) -> None:
+    """3x the cap of clients that send a header byte every 2 s hold every slot far longer than a request takes,
+    under the default deadlines: the slowest are shed for a waiting connection, so a real request is answered in
+    seconds, not after a slow client's 30 s deadline."""
+    with running(tmp, limits=SLOWLORIS_LIMITS) as server:
+        data = request(GOOD)
+        stop = threading.Event()
+        conns = [Connection(server) for _ in range(3 * SLOWLORIS_LIMITS.max_connections)]
+
+        def drip(conn: Connection) -> None:
+            for i in range(len(data)):
+                if stop.wait(2.0) or not conn.send(data[i:i + 1]):
+                    return
+
+        try:
+            for c in conns:
+                threading.Thread(target=drip, args=(c,), daemon=True).start()
+            time.sleep(1.5)  # every slot is held by a slow client, the rest wait in the backlog
+            start = time.monotonic()
+            assert_serves(server)
+            waited = time.monotonic() - start
+        finally:
+            stop.set()
+            for c in conns:
+                c.close()
+        assert waited < SLOWLORIS_LIMITS.header_timeout_s / 2, f"the real request waited {waited:.1f} s"
+        assert server.shed > 0
+
+
+def _run_rows(tmp: Path) -> tuple[RunRows, str]:
+    """The run's exported rows beside its spec (what a launch writes), and the label of its row 0 (answer 7)."""
+    label = tag_reference("7", "train", 0)
+    path = tmp / RUN_DATA_FILES["train"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"input": PROMPT, "label": label, "datasource": "arith"}) + "\n"
+                    + json.dumps({"input": "1+1=", "label": tag_reference("2", "train", 1), "datasource": "arith"})
+                    + "\n")
+    return RunRows(tmp), label
+
+
+def _foreign_labels_cannot_stop_the_run(tmp: Path) -> None:
+    """The review's attack: six well-formed requests with a non-numeric label used to push the reward error rate
+    over 5 % and stop the server (exit 70). A label that is not one of the run's rows is the client's input: a 422,
+    never scored, never counted; so is a forged tag (a row's place with another reference). The run's own row is
+    scored."""
+    rows, label = _run_rows(tmp)
+    policy = RewardPolicy(on_error="fallback", max_error_rate=0.05, min_calls=1, workers=1)
+    with running(tmp, policy=policy, run_rows=rows) as server:
+        forged = tag_reference("not a number", "train", 0)
+        for bad in ["seven", "", forged, tag_reference("7", "train", 5), *["abc"] * 6]:
+            body = {"query": [PROMPT + "so \\boxed{7}</s>"], "prompts": [PROMPT], "labels": [bad]}
+            assert_refused(exchange(server, request(body)), 422, "labels")
+        assert scored_calls(server) == 0, f"{scored_calls(server)} reward calls made for foreign labels"
+        reply = exchange(server, request({**GOOD, "labels": [label]}))
+        assert reply.status == 200 and reply.json()["rewards"] == [expected_total()], reply.body[:300]
+        assert server.stopped_because is None
 
 
 MALFORMED = [data for _, data, _, _ in HEADS[:12]] + [request(body) for _, body, _, _ in BODIES]
@@ -552,6 +618,8 @@ def _slow_attacks() -> list[Case]:
         Case("slowloris: headers trickled a byte every 0.2 s", _trickled_headers),
         Case("slowloris: body trickled a byte every 0.2 s", _slow_body),
         Case("slowloris: twice the cap of trickling connections", _slowloris_crowd),
+        Case("slowloris: 3x the cap at the default 10/30 s deadlines, a real request waits seconds",
+             _slowloris_at_default_deadlines),
         Case("Content-Length lies high (claims 1000, sends 10, waits)", _lying_length_high),
         Case("TLS handshake bytes sent to the plain-HTTP port",
              refused(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(32)), (400, 408))),
@@ -571,6 +639,8 @@ CASES: list[Case] = [
     Case("idle connections: 3x the cap, sending nothing", _idle_connections_over_the_cap),
     Case("the 6-bad-requests shutdown: malformed requests under on_error=abort", _malformed_under_abort_policy),
     Case("malformed requests under max_error_rate=0, min_calls=1", _malformed_under_error_rate_policy),
+    Case("six well-formed requests with labels that are not the run's rows (and forged tags)",
+         _foreign_labels_cannot_stop_the_run),
     Case("concurrent flood: 25x the cap, good and malformed mixed", _flood),
     Case("pipelined requests, one malformed between two good", _pipelined),
 ]

@@ -27,7 +27,7 @@ from nemo_rl.environments.interfaces import EnvironmentInterface, EnvironmentRet
 
 from unirl.adapters.common import native_row, runtime_for
 from unirl.rewards.contract import Sample
-from unirl.rewards.row_origin import untag_reference
+from unirl.rewards.row_origin import untag_row
 
 ENV_NAME = "unirl"
 ACTOR_FQN = "unirl.adapters.nemo_rl.UnirlEnvironmentActor"
@@ -40,7 +40,8 @@ def sample_from_nemo(message_log: list[dict[str, Any]],
     (unirl/rewards/row_origin.py). The prompt is every non-assistant turn, the completion every assistant turn (as
     MathEnvironment does)."""
     meta = dict(metadata or {})
-    reference, origin = untag_reference(meta.pop("ground_truth", None))
+    reference, origin, row_metadata = untag_row(meta.pop("ground_truth", None))
+    meta = {**row_metadata, **meta}  # NeMo RL's own keys win: they describe this sample
     meta.pop("unirl", None)  # our own write-back from an earlier turn
     prompt = "".join(str(m["content"]) for m in message_log if m.get("role") != ANSWER_ROLE)
     completion = "".join(str(m["content"]) for m in message_log if m.get("role") == ANSWER_ROLE)

@@ -36,7 +36,7 @@ from unirl.adapters.episodes import NativeEpisodes, episodes_for
 from unirl.environments.episode import EpisodeRunner
 from unirl.environments.tokens import ChatRendering, EpisodeTokens, add_observation
 from unirl.rewards.contract import Sample
-from unirl.rewards.row_origin import untag_reference
+from unirl.rewards.row_origin import untag_row
 
 EPISODE_KEY = "unirl_episode"
 ANSWER_ROLE = "assistant"
@@ -74,10 +74,11 @@ class EpisodeTable:
         self._lock = threading.Lock()
 
     def _start(self, log: list[dict[str, Any]], metadata: Mapping[str, Any]) -> tuple[str, _Open]:
-        reference, origin = untag_reference(metadata.get("ground_truth"))
+        reference, origin, row_metadata = untag_row(metadata.get("ground_truth"))
         prompt_messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in log
                            if m.get("role") != ANSWER_ROLE]
-        runner = self.episodes.runner(prompt_messages, None if reference in (None, "") else str(reference), {})
+        runner = self.episodes.runner(prompt_messages, None if reference in (None, "") else str(reference),
+                                      row_metadata)
         runner.start()
         prompt = "".join(m["content"] for m in prompt_messages)
         ids = self.rendering.text_ids(prompt)

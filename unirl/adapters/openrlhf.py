@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from unirl.adapters.common import end_runtimes, native_row, runtime_for
 from unirl.rewards.contract import Sample
-from unirl.rewards.row_origin import untag_reference
+from unirl.rewards.row_origin import untag_row
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,10 @@ def score_queries(queries: list[str], prompts: list[str], labels: list[Any]) -> 
     origins = []
     for query, prompt, label in zip(queries, prompts, labels, strict=True):
         completion, truncated = split_query(str(query), str(prompt), ends)
-        label, origin = untag_reference(label)
+        label, origin, metadata = untag_row(label)
         reference = None if label is None or label == "" else str(label)
-        samples.append(Sample(prompt=str(prompt), completion=completion, reference=reference, truncated=truncated))
+        samples.append(Sample(prompt=str(prompt), completion=completion, reference=reference, truncated=truncated,
+                              metadata=metadata))
         origins.append(origin)
     rows = [native_row(s) for s in runtime.score(samples, origins, in_order=False)]
     totals = [row["score"] for row in rows]

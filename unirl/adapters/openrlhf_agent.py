@@ -36,7 +36,7 @@ from unirl.adapters.episodes import episodes_from_env
 from unirl.environments.episode import EpisodeRunner
 from unirl.environments.tokens import ChatRendering, EpisodeTokens, add_observation, cut_turn, eos_ids_of
 from unirl.rewards.contract import Sample
-from unirl.rewards.row_origin import untag_reference
+from unirl.rewards.row_origin import untag_row
 
 
 @dataclass
@@ -83,6 +83,7 @@ class AgentInstance(AgentInstanceBase):  # type: ignore[misc]  # OpenRLHF ships 
         self.prompt = ""
         self.reference: str | None = None
         self.origin: dict[str, Any] | None = None
+        self.metadata: dict[str, Any] = {}
         self.sent = 0.0
         """The turn rewards the steps so far returned (OpenRLHF sums them into the sample's reward)."""
         self.failed_at_start = False
@@ -91,10 +92,11 @@ class AgentInstance(AgentInstanceBase):  # type: ignore[misc]  # OpenRLHF ships 
         import asyncio
 
         prompt = states["observation"]
-        label, origin = untag_reference(states.get("label"))
+        label, origin, metadata = untag_row(states.get("label"))
         self.reference = None if label is None or label == "" else str(label)
         self.origin = origin
-        self.runner = runner = self.episodes.runner(prompt, self.reference, {})
+        self.metadata = metadata
+        self.runner = runner = self.episodes.runner(prompt, self.reference, metadata)
         self.prompt = prompt if isinstance(prompt, str) else str(prompt[-1].get("content", ""))
         opening = await asyncio.to_thread(runner.start)
         messages = opening if opening is not None else [{"role": "user", "content": self.prompt}]
@@ -136,7 +138,7 @@ class AgentInstance(AgentInstanceBase):  # type: ignore[misc]  # OpenRLHF ships 
         ends = bool(item.completion_ids) and item.completion_ids[-1] in self.eos_ids
         transcript = self.turns.tokenizer.decode(item.completion_ids, skip_special_tokens=True)
         sample = Sample(prompt=self.prompt, completion=transcript, reference=self.reference, truncated=not ends,
-                        completion_tokens=sum(item.env_mask))
+                        completion_tokens=sum(item.env_mask), metadata=self.metadata)
         score = self.episodes.score(item, sample, origin=self.origin, in_order=False)
         metrics = episode.metrics()
         extra_logs = {"env/return": float(episode.return_), "env/failed": float(episode.failed),

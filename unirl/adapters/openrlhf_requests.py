@@ -13,14 +13,18 @@ this module runs inside the backend's interpreter.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from unirl.adapters.openrlhf import split_query
+from unirl.rewards.row_origin import untag_reference
 
-__all__ = ["Batch", "RequestError", "parse_batch"]
+__all__ = ["Batch", "RequestError", "RunRows", "parse_batch"]
 
 
 class RequestError(Exception):
@@ -137,3 +141,65 @@ def parse_batch(body: bytes, max_batch: int) -> Batch:
         except ValueError as exc:
             raise RequestError(422, f"query[{i}] does not contain prompts[{i}]: {exc}", f"query[{i}]") from None
     return Batch(queries, prompts, labels)
+
+
+RUN_DATA_FILES = {"train": "data/train.jsonl", "eval": "data/eval.jsonl"}
+"""Where a launch writes the run's rows in OpenRLHF's format, relative to its run directory (the reward spec's
+directory): ``unirl.backend.export.export_path(split, "openrlhf_jsonl")``, checked by a test."""
+
+
+class RunRows:
+    """The labels of the run's own rows, to tell the training run's requests from anyone else's.
+
+    The run's error policy may stop the server (and so the run), so only failures on the run's own rows may count
+    towards it: a local client that posts made-up labels (a number where the reward wants one, a reference the
+    reward cannot read) must get a 4xx, never push the run's error rate. unirl's export tags every label with its
+    row's place (``unirl-row:...``, :mod:`unirl.rewards.row_origin`); a label is the run's when it is exactly the
+    label of that row in the exported file. Without exported files beside the spec (a server started by hand for
+    data unirl did not export), every well-formed request is scored and counts: protect such a server with its
+    secret. Holds a digest per row, read once, at the first request."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._digests: dict[tuple[str, int], bytes] | None = None
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    @property
+    def digests(self) -> dict[tuple[str, int], bytes] | None:
+        """(split, index) -> the label's SHA-256, or None when the run directory holds no exported rows."""
+        with self._lock:
+            if not self._loaded:
+                self._digests = self._read()
+                self._loaded = True
+            return self._digests
+
+    def _read(self) -> dict[tuple[str, int], bytes] | None:
+        found: dict[tuple[str, int], bytes] = {}
+        present = False
+        for split, name in RUN_DATA_FILES.items():
+            path = self.run_dir / name
+            if not path.is_file():
+                continue
+            present = True
+            with path.open(encoding="utf-8") as handle:
+                for index, line in enumerate(handle):
+                    label = json.loads(line).get("label")
+                    if isinstance(label, str):
+                        found[(split, index)] = hashlib.sha256(label.encode()).digest()
+        return found if present else None
+
+    def problem(self, labels: list[str | None]) -> RequestError | None:
+        """A 422 naming the first label that is not one of the run's rows; None when all are (or nothing is known)."""
+        digests = self.digests
+        if digests is None:
+            return None
+        for i, label in enumerate(labels):
+            _, origin = untag_reference(label)
+            if origin is None or label is None or digests.get((origin["split"], origin["index"])) != \
+                    hashlib.sha256(label.encode()).digest():
+                shown = repr(label) if label is None or len(label) <= 80 else repr(label[:80]) + "..."
+                return RequestError(422, f"labels[{i}]={shown} is not the label of a row of this run's data "
+                                         f"({self.run_dir / RUN_DATA_FILES['train']}); only the run's own rows are "
+                                         "scored here", "labels")
+        return None

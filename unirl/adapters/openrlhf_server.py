@@ -20,13 +20,15 @@ server is shaped the way it is:
 - any non-2xx answer or connection error is retried 5 times, 1 s apart, then swallowed into ``reward=None``
   (the run crashes later with an unrelated error). So a client over the connection cap is not refused: the
   server stops accepting and the connection waits in a deep listen backlog (``--backlog``) within its 180 s,
-  while per-connection timeouts (idle keep-alive, whole request) free the slots that slow or idle peers hold.
+  while per-connection deadlines (idle keep-alive, headers, whole request) free the slots that slow or idle peers
+  hold, and with every slot taken the slowest of them is shed for a waiting connection (``Limits.shed_after_s``).
 - every malformed request gets a 4xx with a JSON ``{"error", "field"}`` and never reaches scoring
-  (:mod:`unirl.adapters.openrlhf_requests`), so it is never counted by the reward error policy.
+  (:mod:`unirl.adapters.openrlhf_requests`), so it is never counted by the reward error policy; nor is a
+  well-formed request whose labels are not the run's own rows (a 422, :class:`RunRows`).
 
-When the recipe's policy aborts (``RewardAbort`` on a well-formed call) or the reward runtime fails for good,
-the server answers 500 with the reason and shuts down: OpenRLHF's requests then fail and the run stops,
-instead of training on made-up rewards. Nothing a client sends can shut it down otherwise.
+When the recipe's policy aborts (``RewardAbort``: the reward code failed on the run's own rows) or the reward
+runtime fails for good, the server answers 500 with the reason and shuts down: OpenRLHF's requests then fail and
+the run stops, instead of training on made-up rewards. Nothing any other client sends can shut it down.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from typing import Any
 
 from unirl.adapters.common import SPEC_ENV
 from unirl.adapters.openrlhf import ABORT_EXIT_CODE, score_queries
-from unirl.adapters.openrlhf_requests import RequestError, parse_batch
+from unirl.adapters.openrlhf_requests import RUN_DATA_FILES, RequestError, RunRows, parse_batch
 from unirl.rewards.executor import RewardAbort, RewardRuntimeError
 
 # On stderr as "unirl reward server: ..." (see unirl.logs); the address announced on stdout stays a print.
@@ -72,6 +74,7 @@ SECRET_RE = re.compile(r"[A-Za-z0-9._~-]{16,256}")
 CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,15}")  # str.isdigit would take "٣"; int() would take "+5", " 5", "1_0"
 LINGER_S = 1.0  # after an error reply, how long the client may go on sending what we did not read
 POLL_S = 0.25  # the accept loop looks at shutdown() this often
+SHED_POLL_S = 0.01  # with every slot busy, how often the accept loop looks for a waiting connection
 THREAD_IDLE_S = 30.0  # a connection thread with no connection for this long ends
 
 
@@ -91,10 +94,17 @@ class Limits:
     """How long a connection may wait, new or kept alive, before the first byte of its next request."""
     request_timeout_s: float = 30.0
     """From a request's first byte to its whole body, and for writing the answer: a trickled request is a 408."""
+    header_timeout_s: float = 10.0
+    """From a request's first byte to the end of its headers (a client sends them in one go): else a 408."""
+    shed_after_s: float = 1.0
+    """When every slot is taken and a new connection waits, the connection that has waited longest for a request
+    head (idle, or still sending headers) is closed to make room, once it has held its slot this long: slow and idle
+    clients cannot keep a real request out (fair shedding)."""
 
     def problems(self) -> list[str]:
         found = [f"{name} must be positive, not {getattr(self, name)!r}" for name in
-                 ("max_connections", "backlog", "max_body_bytes", "max_batch", "idle_timeout_s", "request_timeout_s")
+                 ("max_connections", "backlog", "max_body_bytes", "max_batch", "idle_timeout_s", "request_timeout_s",
+                  "header_timeout_s", "shed_after_s")
                  if not getattr(self, name) > 0]
         return found
 
@@ -118,6 +128,10 @@ def load_secret(env: dict[str, str] | None = None, secret_file: str | None = Non
     return secret
 
 
+class ShedConnection(Exception):
+    """The server closed this connection's reading side to make room for a waiting one (fair shedding)."""
+
+
 class _DeadlineReader(io.RawIOBase):
     """The socket as a raw stream whose every recv is bounded by one deadline per request.
 
@@ -125,18 +139,27 @@ class _DeadlineReader(io.RawIOBase):
     forever (slowloris). Here a connection first gets ``idle_s`` for the first byte of its next request, and
     from that byte ``request_s`` for the whole request line, headers and body."""
 
-    def __init__(self, sock: socket.socket, idle_s: float, request_s: float) -> None:
+    def __init__(self, sock: socket.socket, idle_s: float, request_s: float, head_s: float,
+                 on_first_byte: Any = None, is_shed: Any = None) -> None:
         super().__init__()
         self.sock = sock
+        self.is_shed = is_shed
         self.idle_s = idle_s
         self.request_s = request_s
+        self.head_s = head_s
+        self.on_first_byte = on_first_byte
         self.deadline = 0.0
+        self.first_byte = 0.0
         self.received = False
         self.next_request()
 
     def next_request(self) -> None:
         self.deadline = time.monotonic() + self.idle_s
         self.received = False
+
+    def head_read(self) -> None:
+        """The headers are in: the body has what is left of the request's whole deadline."""
+        self.deadline = self.first_byte + self.request_s
 
     def readable(self) -> bool:
         return True
@@ -147,9 +170,14 @@ class _DeadlineReader(io.RawIOBase):
             raise TimeoutError("the request deadline passed")
         self.sock.settimeout(remaining)
         n = self.sock.recv_into(buffer)
+        if not n and self.is_shed is not None and self.is_shed():
+            raise ShedConnection
         if n and not self.received:
             self.received = True
-            self.deadline = time.monotonic() + self.request_s
+            self.first_byte = time.monotonic()
+            self.deadline = self.first_byte + min(self.head_s, self.request_s)
+            if self.on_first_byte is not None:
+                self.on_first_byte()
         return n
 
 
@@ -186,7 +214,10 @@ class RewardHandler(BaseHTTPRequestHandler):
         limits = self.server.limits
         with contextlib.suppress(OSError):  # small answers: do not wait for Nagle
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = _DeadlineReader(self.connection, limits.idle_timeout_s, limits.request_timeout_s)
+        self.reader = _DeadlineReader(self.connection, limits.idle_timeout_s, limits.request_timeout_s,
+                                      limits.header_timeout_s,
+                                      lambda: self.server.phase(self.connection, "head"),
+                                      lambda: self.server.is_shed(self.connection))
         self.rfile = io.BufferedReader(self.reader, 65536)
         self.wfile = _SocketWriter(self.connection, limits.request_timeout_s)
         self.linger = False  # set when we answer before reading everything the client sent
@@ -205,6 +236,7 @@ class RewardHandler(BaseHTTPRequestHandler):
         self.command, self.request_version, self.requestline = "", self.default_request_version, ""
         self._head_error, self._head_checked, self._replying = None, False, False  # per request, not per connection
         self.reader.next_request()
+        self.server.phase(self.connection, "idle")
         try:
             line = self.rfile.readline(65537)
             for _ in range(4):  # RFC 9112 2.2: ignore empty lines before a request line
@@ -225,6 +257,8 @@ class RewardHandler(BaseHTTPRequestHandler):
                 if not line.endswith(b"\n"):  # the peer closed mid-line
                     self.send_error(HTTPStatus.BAD_REQUEST, "the request line ended without a line break")
                 return  # parse_request answered (400, 431, 505) or the Expect check refused
+            self.reader.head_read()
+            self.server.phase(self.connection, "body")  # a whole head arrived: no longer shed for being slow
             self._serve()
         except TimeoutError:
             # A request started and not yet answered (else: the answer's own write timed out; nothing to add).
@@ -232,12 +266,26 @@ class RewardHandler(BaseHTTPRequestHandler):
                 self.linger = True
                 self.server.count(408)
                 with contextlib.suppress(OSError):
+                    limits = self.server.limits
                     self._reply(HTTPStatus.REQUEST_TIMEOUT, {
-                        "error": f"the request did not arrive within {self.server.limits.request_timeout_s:g} s "
-                                 "of its first byte", "field": None}, close=True)
+                        "error": f"the request did not arrive in time: its headers within "
+                                 f"{limits.header_timeout_s:g} s, the whole request within "
+                                 f"{limits.request_timeout_s:g} s of its first byte", "field": None}, close=True)
             # else: an idle connection, closed silently. An unasked-for 408 on it could be read by a client as the
             # answer to the request it is just sending.
             self.close_connection = True
+        except ShedConnection:
+            # Closed to make room while this client was idle or still sending its head (slow). A request that had
+            # started is told so; an idle connection is closed silently, as above.
+            self.close_connection = True
+            if self.reader.received and not self._replying:
+                self.linger = True
+                self.server.count(503)
+                with contextlib.suppress(OSError):
+                    self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {
+                        "error": "every connection slot was taken and this request's headers were still arriving "
+                                 f"after {self.server.limits.shed_after_s:g} s: retry", "field": None},
+                                close=True, headers={"Retry-After": "1"})
         except OSError:  # the peer reset or went away; nobody is left to answer
             self.close_connection = True
 
@@ -264,6 +312,11 @@ class RewardHandler(BaseHTTPRequestHandler):
         except RequestError as exc:
             server.count(exc.status)
             self._reply(exc.status, exc.payload())
+            return
+        foreign = server.run_rows.problem(batch.labels) if server.run_rows is not None else None
+        if foreign is not None:  # not the run's rows: answered, never scored, never counted by the run's policy
+            server.count(foreign.status)
+            self._reply(foreign.status, foreign.payload())
             return
         self._score(batch.queries, batch.prompts, batch.labels)
 
@@ -402,8 +455,11 @@ class RewardServer:
     later. Here the loop takes a connection only when a slot is free (the rest wait in the backlog), and a thread
     whose connection closed waits for the next one instead of ending."""
 
-    def __init__(self, host: str, port: int, limits: Limits | None = None, secret: str | None = None) -> None:
+    def __init__(self, host: str, port: int, limits: Limits | None = None, secret: str | None = None,
+                 run_rows: RunRows | None = None) -> None:
         self.limits = limits or Limits()
+        self.run_rows = run_rows
+        """The run's own rows: other labels are refused (422) before scoring (None: every label is scored)."""
         problems = self.limits.problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -421,7 +477,10 @@ class RewardServer:
         self.server_address: tuple[Any, ...] = self.socket.getsockname()
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._lock = threading.Lock()
-        self._live: set[socket.socket] = set()
+        self._live: dict[socket.socket, tuple[str, float]] = {}
+        """Open connections: what each is doing (idle, head, body) and since when."""
+        self.shed = 0
+        """Connections closed to make room for a waiting one (see ``Limits.shed_after_s``)."""
         self._handoff: queue.SimpleQueue[tuple[socket.socket, Any] | None] = queue.SimpleQueue()
         self._idle_threads = 0
         self._threads = 0
@@ -443,8 +502,11 @@ class RewardServer:
             with selectors.DefaultSelector() as selector:
                 selector.register(self.socket, selectors.EVENT_READ)
                 while not self._stop.is_set():
-                    if not self._slots.acquire(timeout=POLL_S):
-                        continue  # every slot busy: new connections wait in the backlog
+                    if not self._slots.acquire(timeout=SHED_POLL_S):
+                        # every slot busy: new connections wait in the backlog, unless a slow one makes room
+                        if selector.select(0):
+                            self._shed_one()
+                        continue
                     if not self._accept_one(selector):
                         self._slots.release()
         finally:
@@ -513,7 +575,7 @@ class RewardServer:
                 conn.close()
                 self._slots.release()
                 return
-            self._live.add(conn)
+            self._live[conn] = ("idle", time.monotonic())
             self.peak_connections = max(self.peak_connections, len(self._live))
         handler: RewardHandler | None = None
         try:
@@ -523,9 +585,36 @@ class RewardServer:
         finally:
             linger = handler is None or handler.linger
             with self._lock:
-                self._live.discard(conn)
+                self._live.pop(conn, None)
             _close(conn, linger, self.limits.max_body_bytes + 65536)
             self._slots.release()
+
+    def phase(self, conn: socket.socket, phase: str) -> None:
+        """What an open connection is doing now: ``idle`` (waiting for a request), ``head`` (its first byte came,
+        its headers not yet), ``body`` (a whole head came: reading, scoring, answering)."""
+        with self._lock:
+            if conn in self._live:
+                self._live[conn] = (phase, time.monotonic())
+
+    def _shed_one(self) -> None:
+        """Close the connection that has waited longest for a request head, if it has waited ``shed_after_s``:
+        a connection is waiting in the backlog and every slot is held. A request whose head has arrived is never
+        shed: only clients that are idle or slow lose their slot, and they lose it first to the oldest."""
+        now = time.monotonic()
+        with self._lock:
+            waiting = [(since, conn) for conn, (phase, since) in self._live.items()
+                       if phase in ("idle", "head") and now - since >= self.limits.shed_after_s]
+            if not waiting:
+                return
+            _, conn = min(waiting, key=lambda item: item[0])
+            self._live[conn] = ("shed", now)  # not picked twice while its thread winds down
+            self.shed += 1
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RD)  # its thread's read ends (ShedConnection); it answers and closes
+
+    def is_shed(self, conn: socket.socket) -> bool:
+        with self._lock:
+            return self._live.get(conn, ("", 0.0))[0] == "shed"
 
     def count(self, status: int) -> None:
         with self._lock:
@@ -603,9 +692,9 @@ def _close(conn: socket.socket, linger: bool, linger_bytes: int) -> None:
 
 
 def serve(host: str = "127.0.0.1", port: int = 0, *, limits: Limits | None = None,
-          secret: str | None = None) -> RewardServer:
+          secret: str | None = None, run_rows: RunRows | None = None) -> RewardServer:
     """A started server (in a daemon thread); ``server.server_address`` has the bound port."""
-    server = RewardServer(host, port, limits, secret)
+    server = RewardServer(host, port, limits, secret, run_rows)
     threading.Thread(target=server.serve_forever, name="unirl-reward-server", daemon=True).start()
     return server
 
@@ -649,7 +738,12 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     os.environ[SPEC_ENV] = ns.spec
-    server = RewardServer(ns.host, ns.port, limits, secret)
+    run_rows = RunRows(Path(ns.spec).resolve().parent)
+    server = RewardServer(ns.host, ns.port, limits, secret, run_rows)
+    if run_rows.digests is None:
+        log.warning("no rows exported beside %s (%s): every well-formed request is scored and counts towards the "
+                    "run's reward error policy, which may stop this server; set a secret", ns.spec,
+                    ", ".join(RUN_DATA_FILES.values()))
     host, port = server.server_address[:2]
     where = f"http://{host}:{port}"
     if secret is None:

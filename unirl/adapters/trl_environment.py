@@ -15,12 +15,14 @@ transformers generates on the trainer's own process.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from unirl.adapters.trl_rows import row_of
 from unirl.environments.contract import EnvironmentSpec, Task
 from unirl.environments.episode import EpisodeRunner
 from unirl.environments.tokens import ChatRendering, EpisodeTokens, add_observation, cut_turn, episode_record
+from unirl.errors import UnirlError
 
 
 def episode_seed(run_seed: int, batch: int, index: int) -> int:
@@ -33,13 +35,14 @@ class TrlEpisodes:
     """Runs batches of episodes of one environment with a transformers model (generation batched across the
     episodes still running, turn by turn)."""
 
-    def __init__(self, spec: EnvironmentSpec, kwargs: Mapping[str, Any], *, tok: Any, rows_by_prompt: dict[str, Any],
+    def __init__(self, spec: EnvironmentSpec, kwargs: Mapping[str, Any], *, tok: Any, rows: Sequence[Mapping[str, Any]],
                  chat_template: bool, max_new_tokens: int, temperature: float, top_p: float, timeout_s: float,
                  max_turns: int | None, run_seed: int, eos_ids: set[int], suppress: list[int] | None) -> None:
         self.spec = spec
         self.kwargs = dict(kwargs)
         self.tok = tok
-        self.rows_by_prompt = rows_by_prompt
+        self.rows = rows
+        """The training rows, by the index each prompt TRL hands over carries (:mod:`unirl.adapters.trl_rows`)."""
         self.rendering = ChatRendering(tok, chat_template=chat_template)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -51,19 +54,21 @@ class TrlEpisodes:
         self.suppress = suppress
         self.batches = 0
 
-    def task_for(self, prompt: Any, seed: int) -> Task:
-        key = prompt if isinstance(prompt, str) else repr(prompt)
-        row = self.rows_by_prompt.get(key, {})
-        return Task(prompt=prompt if isinstance(prompt, str) else tuple(dict(m) for m in prompt),
+    @staticmethod
+    def task_for(row: Mapping[str, Any], seed: int) -> Task:
+        prompt = row["prompt"]
+        return Task(prompt=str(prompt) if isinstance(prompt, str) else tuple(dict(m) for m in prompt),
                     reference=row.get("reference"), metadata=dict(row.get("metadata") or {}), seed=seed)
 
     # --- the loop --------------------------------------------------------------------------------------------------
 
-    def run(self, model: Any, prompts: list[Any], seeds: list[int], *, greedy: bool) -> list[EpisodeTokens]:
+    def run(self, model: Any, rows: Sequence[Mapping[str, Any]], seeds: list[int], *,
+            greedy: bool) -> list[EpisodeTokens]:
+        """One episode per row (its prompt, reference and metadata are the episode's task), with its seed."""
         import torch
 
-        runners = [EpisodeRunner(self.spec, self.kwargs, self.task_for(p, s), timeout_s=self.timeout_s,
-                                 max_turns=self.max_turns) for p, s in zip(prompts, seeds, strict=True)]
+        runners = [EpisodeRunner(self.spec, self.kwargs, self.task_for(r, s), timeout_s=self.timeout_s,
+                                 max_turns=self.max_turns) for r, s in zip(rows, seeds, strict=True)]
         out: list[EpisodeTokens] = []
         active: list[int] = []
         for i, runner in enumerate(runners):
@@ -111,11 +116,19 @@ class TrlEpisodes:
         return out
 
     def rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        """TRL's ``rollout_func(prompts, trainer)``: one episode per prompt (prompts come repeated per sample)."""
+        """TRL's ``rollout_func(prompts, trainer)``: one episode per prompt (prompts come repeated per sample), on the
+        row each prompt carries."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         self.batches += 1
         seeds = [episode_seed(self.run_seed, self.batches, i) for i in range(len(prompts))]
-        items = self.run(model, prompts, seeds, greedy=False)
+        rows = []
+        for prompt in prompts:
+            index = row_of(prompt)
+            if index is None:
+                raise UnirlError("TRL handed the episode loop a prompt without its data row: the train dataset must "
+                                 "come from unirl.adapters.trl_rows.rows_dataset")
+            rows.append(self.rows[index])
+        items = self.run(model, rows, seeds, greedy=False)
         episodes = [item.episode for item in items]
         return {"prompt_ids": [item.prompt_ids for item in items],
                 "completion_ids": [item.completion_ids for item in items],

@@ -20,7 +20,7 @@ from typing import Any
 
 from unirl.backend.plan import DataExport, in_run_dir
 from unirl.data.builtin.tiny_model import warn_unknown_characters
-from unirl.data.loading import limit, load_rows, reference_of, render_prompt
+from unirl.data.loading import limit, load_rows, reference_of, render_prompt, row_metadata
 from unirl.errors import FieldError, UnirlError
 from unirl.recipe.schema import Recipe, split_source
 from unirl.rewards.row_origin import tag_reference
@@ -60,13 +60,12 @@ def canonical_rows(recipe: Recipe, export: DataExport) -> list[CanonicalRow]:
     if export.rows is not None:
         raw = list(_cycle(raw, export.rows, recipe.seed))
     source_name = split_source(export.source)[0]
-    used = {data.prompt_key, data.answer_key, "data_source"}
     out = []
     for i, row in enumerate(raw):
         out.append(CanonicalRow(
             index=i, prompt=render_prompt(row, data), reference=reference_of(row, data),
             data_source=str(row.get("data_source") or source_name), split=export.split,
-            metadata={k: v for k, v in row.items() if k not in used and _jsonable(v)}))
+            metadata=row_metadata(row, data)))
     # A builtin model's character tokenizer turns what it does not know into <unk>: said once, for the whole file.
     warn_unknown_characters(recipe.model.path, f"{key}={export.source}", (r.prompt for r in out))
     return out
@@ -81,14 +80,6 @@ def _cycle(rows: list[dict[str, Any]], n: int, seed: int) -> Iterator[dict[str, 
         rng.shuffle(order)
         yield from order[: n - produced]
         produced += min(len(order), n - produced)
-
-
-def _jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 # --- one row shape per backend --------------------------------------------------------------------------
@@ -111,9 +102,9 @@ def verl_row(row: CanonicalRow) -> dict[str, Any]:
 def openrlhf_row(row: CanonicalRow) -> dict[str, Any]:
     """OpenRLHF's prompt dataset: ``--data.input_key input --data.label_key label``, ``datasource`` for eval.
 
-    The label is the only column OpenRLHF hands the reward function, so it carries the row's place with the
-    reference (unirl/rewards/row_origin.py), which unirl's OpenRLHF adapter reads back."""
-    return {"input": row.prompt, "label": tag_reference(row.reference, row.split, row.index),
+    The label is the only column OpenRLHF hands the reward function and the agent, so it carries the row's place
+    and metadata with the reference (unirl/rewards/row_origin.py), which unirl's OpenRLHF adapters read back."""
+    return {"input": row.prompt, "label": tag_reference(row.reference, row.split, row.index, row.metadata),
             "datasource": row.data_source}
 
 
@@ -132,7 +123,7 @@ def nemo_rl_row(row: CanonicalRow) -> dict[str, Any]:
     ``input`` with the chat template and hands ``output`` to the environment as ``ground_truth``
     (processors.py:389-392). A chat prompt therefore has to be one user message, whose content is the input.
     ``data_source`` stays in the file for people reading it; NeMo RL does not pass it on. ``output`` is the only
-    column that reaches the environment, so it carries the row's place with the reference
+    column that reaches the environment, so it carries the row's place and metadata with the reference
     (unirl/rewards/row_origin.py), which unirl's NeMo RL environment reads back.
     """
     if isinstance(row.prompt, str):
@@ -144,7 +135,7 @@ def nemo_rl_row(row: CanonicalRow) -> dict[str, Any]:
         raise FieldError(f"data.{row.split}", f"row {row.index} with messages {roles}",
                          "NeMo RL's math_hf_data_processor takes one user message per prompt (a system prompt only "
                          "from a file for the whole dataset)")
-    return {"input": text, "output": tag_reference(row.reference, row.split, row.index),
+    return {"input": text, "output": tag_reference(row.reference, row.split, row.index, row.metadata),
             "data_source": row.data_source}
 
 

@@ -6,7 +6,11 @@ A verb's parser makes ``--help`` work and an unknown flag a usage error (exit 2)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -52,3 +56,33 @@ def json_object_flag(flag: str, text: str, allowed: str) -> dict[str, Any]:
 def overrides_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
                         help="recipe overrides in Hydra's grammar (algorithm.lr=3e-4, recipe=NAME, +framework=verl)")
+
+
+@contextlib.contextmanager
+def results_stdout() -> Iterator[Any]:
+    """A private handle on the real stdout; file descriptor 1 itself points at stderr meanwhile.
+
+    Code a verb runs for the user (a reward or environment file at import, a reward or environment call) may print,
+    or ``os.write(1, ...)``; none of it may corrupt the results a tool reads from stdout (``--json``). Reward worker
+    processes already send their stdout to stderr.
+    """
+    try:
+        real = sys.stdout.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # a captured stdout (a test, a notebook): nothing to protect
+        real = False
+    if not real:
+        yield sys.stdout
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    results = os.fdopen(os.dup(saved), "w", encoding="utf-8")
+    try:
+        yield results
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            results.flush()
+        results.close()
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -10,12 +10,8 @@ is 1 when any reward call failed, so the command can guard a CI job.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +86,7 @@ def cmd_reward(args: list[str]) -> int:
 
 
 def main(argv: list[str], host: Any) -> int:
-    from unirl.cli.args import json_object_flag
+    from unirl.cli.args import json_object_flag, results_stdout
 
     ns = parser().parse_args(argv)
     kwargs = json_object_flag("--kwargs", ns.kwargs, "must be a JSON object")
@@ -101,23 +97,25 @@ def main(argv: list[str], host: Any) -> int:
     problems = policy.problems()
     if problems:
         raise FieldError(problems[0].field.replace("reward_policy.", "--"), problems[0].value, problems[0].allowed)
-    if ns.file:
-        from unirl.host.manager import add_decorated
-        from unirl.rewards.spec import load_reward_file, probe_reward_file
+    # From the first file's import on, what user code prints goes to stderr: --json output stays parseable.
+    with results_stdout() as results:
+        if ns.file:
+            from unirl.host.manager import add_decorated
+            from unirl.rewards.spec import load_reward_file, probe_reward_file
 
-        for path in ns.file:
-            probe_reward_file(str(path), "--file", policy.startup_timeout_s)
-            load_reward_file(path)
-        add_decorated(host.rewards)
-    inline = True if ns.inline else None
-    spec = RewardRuntimeSpec(tuple(entry_for(host.rewards.get(n), 1.0, kwargs.get(n), inline) for n in ns.names),
-                             policy)
-    spec.check()
-    samples = read_samples(ns.samples)  # before any worker starts: a bad file costs nothing
-    if not samples:
-        raise UnirlError(f"--samples {ns.samples}: no samples in the file")
-    with _stdout_for_results() as results, RewardExecutor(spec) as executor:
-        scored_all = executor.score(samples)
+            for path in ns.file:
+                probe_reward_file(str(path), "--file", policy.startup_timeout_s, policy.worker_memory_mb)
+                load_reward_file(path)
+            add_decorated(host.rewards)
+        inline = True if ns.inline else None
+        spec = RewardRuntimeSpec(tuple(entry_for(host.rewards.get(n), 1.0, kwargs.get(n), inline) for n in ns.names),
+                                 policy)
+        spec.check()
+        samples = read_samples(ns.samples)  # before any worker starts: a bad file costs nothing
+        if not samples:
+            raise UnirlError(f"--samples {ns.samples}: no samples in the file")
+        with RewardExecutor(spec) as executor:
+            scored_all = executor.score(samples)
         rows = []
         for i, (sample, scored) in enumerate(zip(samples, scored_all, strict=True)):
             rows.append({"index": i, "completion": sample.completion, "reference": sample.reference,
@@ -141,35 +139,6 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
-
-
-@contextlib.contextmanager
-def _stdout_for_results() -> Iterator[Any]:
-    """A private handle on the real stdout; file descriptor 1 itself points at stderr meanwhile.
-
-    Rewards scoring in this process may print, or ``os.write(1, ...)``; none of it may corrupt the results a tool
-    reads from stdout. Worker processes already send their stdout to stderr.
-    """
-    try:
-        real = sys.stdout.fileno() == 1
-    except (AttributeError, OSError, ValueError):  # a captured stdout (a test, a notebook): nothing to protect
-        real = False
-    if not real:
-        yield sys.stdout
-        return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    results = os.fdopen(os.dup(saved), "w", encoding="utf-8")
-    try:
-        yield results
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            results.flush()
-        results.close()
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def _print_table(rows: list[dict[str, Any]], names: list[str], stream: Any) -> None:

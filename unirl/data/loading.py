@@ -118,6 +118,21 @@ def reference_of(row: dict[str, Any], data: DataConfig) -> str | None:
     return None if value is MISSING or value is None else str(value)
 
 
+def row_metadata(row: dict[str, Any], data: DataConfig) -> dict[str, Any]:
+    """A row's other columns, as every backend hands them to rewards and environments (``Sample.metadata``,
+    ``Task.metadata``): all but the prompt, the answer and ``data_source``, and only what JSON can carry."""
+    used = {data.prompt_key, data.answer_key, "data_source"}
+    return {k: v for k, v in row.items() if k not in used and _jsonable(v)}
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def render_prompt(row: dict[str, Any], data: DataConfig) -> str | list[dict[str, str]]:
     """The prompt as the backend receives it: text through the template, or chat messages."""
     prompt = lookup(row, data.prompt_key)

@@ -20,20 +20,24 @@ class Lookup(unirl.Environment):
 One instance per episode, made with the recipe's ``environment.kwargs``; ``reset``, ``step`` and ``final`` may be
 ``async def``. An episode ends when ``step`` says ``done``, after ``max_turns`` assistant turns, or when the token
 budget runs out (that turn is marked truncated and ends the episode). Its return is the sum of the turn rewards
-plus ``final()``, plus the recipe's rewards scored on the final transcript. ``metrics`` is the fixed set of keys
-every ``Step.metrics`` may carry (a missing key is absent, an undeclared one is an error): verl and NeMo RL need the
-same keys on every sample. Without an own ``step``, an action is parsed for a tool call (Hermes style:
+plus ``final()``, plus the recipe's rewards scored on the final transcript. ``metrics`` names the numbers a
+``Step.metrics`` carries (an episode's metric is the sum over its turns; absent counts as 0). Declaring them is
+optional: a name first seen in a step is logged from then on, with one warning. verl, OpenRLHF, NeMo RL and slime
+need the same keys on every sample, so there only the declared names reach the backend's logger; every metric is
+in ``trajectories.jsonl``. Without an own ``step``, an action is parsed for a tool call (Hermes style:
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``) and dispatched to the ``@unirl.tool`` method it names;
 an action with no call ends the episode.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
+import logging
 import math
-import re
 import sys
+import threading
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,7 +50,10 @@ Message = dict[str, Any]
 """An OpenAI-style chat message: ``role`` (system, user, assistant, tool) and ``content``."""
 Observation = str | list[Message] | None
 TOOL_MARK = "__unirl_tool__"
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+log = logging.getLogger(__name__)
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+MAX_TOOL_CALL_CHARS = 65_536
+"""The longest tool call body read (about 16k tokens): a longer one is ``tool_malformed``, never parsed."""
 
 
 TOOL_METRICS = ("tool_calls", "tool_malformed", "tool_unknown", "tool_bad_arguments", "tool_failed", "tool_raised")
@@ -90,7 +97,7 @@ class Step:
     """This turn's reward (backends that keep only an episode's return get the sum)."""
     done: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
-    """Numbers to log for this turn, keys from the environment's declared ``metrics``."""
+    """Numbers to log for this turn (declared in the environment's ``metrics``, or not)."""
 
 
 class Environment:
@@ -193,20 +200,46 @@ class ToolCallError:
 
 
 def parse_tool_call(action: str) -> ToolCall | ToolCallError | None:
-    """The first Hermes-style tool call in ``action``; None when it has none."""
-    found = TOOL_CALL.search(action)
-    if found is None:
+    """The first Hermes-style tool call in ``action``; None when it has none.
+
+    Model text is hostile, so this runs in time linear in ``action`` and never raises: two ``str.find`` scans (no
+    backtracking pattern), a body cut at :data:`MAX_TOOL_CALL_CHARS` before JSON sees it, and every way JSON can
+    refuse it (nesting past the recursion limit, integers past Python's digit limit, NaN and infinities) is a
+    :class:`ToolCallError`."""
+    start = action.find(TOOL_CALL_OPEN)
+    if start < 0:
         return None
+    start += len(TOOL_CALL_OPEN)
+    end = action.find(TOOL_CALL_CLOSE, start)
+    if end < 0:
+        return None  # an opening tag alone is not a call: the turn is an answer
+    if end - start > MAX_TOOL_CALL_CHARS:
+        return ToolCallError(f"the tool call is over {MAX_TOOL_CALL_CHARS:,} characters")
     try:
-        body = json.loads(found.group(1))
+        body = json.loads(action[start:end], parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         return ToolCallError(f"the tool call is not JSON ({exc.msg})")
+    except RecursionError:
+        return ToolCallError("the tool call is nested too deeply")
+    except ValueError as exc:  # an integer past Python's digit limit, a NaN or an infinity
+        return ToolCallError(f"the tool call has a number JSON cannot carry ({str(exc)[:80]})")
     if not isinstance(body, dict) or not isinstance(body.get("name"), str):
         return ToolCallError('a tool call is {"name": ..., "arguments": {...}}')
     arguments = body.get("arguments", {})
     if not isinstance(arguments, dict):
         return ToolCallError("the tool call's arguments must be an object")
     return ToolCall(body["name"], arguments)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a tool takes")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} overflows a float")
+    return value
 
 
 def argument_problem(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> str | None:
@@ -241,29 +274,92 @@ def tool_message(content: str, name: str | None = None) -> Message:
     return message
 
 
+MAX_OBSERVATION_CHARS = 1 << 20
+"""The most text one observation (or opening) may carry, all its messages together: about 250k tokens, past any
+context, so more is an environment's bug (a whole file or page returned), refused before it is tokenized."""
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_messages(value: Any, env: type[Environment], where: str) -> Observation:
+    """``value`` when it is text, a list of text messages with a role, or None; else a ContractViolation."""
+    if value is None or isinstance(value, str):
+        size = 0 if value is None else len(value)
+    elif isinstance(value, list):
+        size = 0
+        for i, message in enumerate(value):
+            if not isinstance(message, dict):
+                raise ContractViolation(f"environment {env.name!r}: {where} message {i} is "
+                                        f"{type(message).__name__}; expected a dict with 'role' and 'content'")
+            role, content = message.get("role"), message.get("content")
+            if role not in ROLES:
+                raise ContractViolation(f"environment {env.name!r}: {where} message {i} has role {role!r}; "
+                                        f"allowed: {list(ROLES)}")
+            if not isinstance(content, str):
+                raise ContractViolation(f"environment {env.name!r}: {where} message {i} content is "
+                                        f"{type(content).__name__}; only text reaches the model (no images, "
+                                        "no content parts, no None)")
+            size += len(content)
+    else:
+        raise ContractViolation(f"environment {env.name!r}: {where} is {type(value).__name__}; expected text, a "
+                                "list of messages or None")
+    if size > MAX_OBSERVATION_CHARS:
+        raise ContractViolation(f"environment {env.name!r}: {where} is {size:,} characters; at most "
+                                f"{MAX_OBSERVATION_CHARS:,} (return less, or cut it yourself)")
+    observation: Observation = value
+    return observation
+
+
 def check_step(value: Any, env: type[Environment]) -> Step:
-    """Normalise what ``step`` returned; a wrong type, a non-finite reward or an undeclared metric is an error."""
+    """Normalise what ``step`` returned; a wrong type, a non-finite reward or metric, a ``done`` that is not a bool
+    or an observation the model cannot read is an error. A metric the environment did not declare is logged too
+    (declared from then on, with one warning), as Gymnasium's ``info`` or OpenEnv's metadata would be."""
     if not isinstance(value, Step):
         raise ContractViolation(f"environment {env.name!r}: step() returned {type(value).__name__}; "
                                 "expected unirl.Step")
     reward = as_number(value.reward)
     if reward is None or not math.isfinite(reward):
         raise ContractViolation(f"environment {env.name!r}: step() reward {value.reward!r} is not a finite number")
-    undeclared = sorted(str(k) for k in set(value.metrics) - set(env.metrics))
-    if undeclared:
-        raise ContractViolation(f"environment {env.name!r}: step() metrics {undeclared} were not declared "
-                         f"(declared: {list(env.metrics)}); declare them in @unirl.environment(metrics=...)")
+    if not isinstance(value.done, bool):
+        raise ContractViolation(f"environment {env.name!r}: step() done={value.done!r} "
+                                f"({type(value.done).__name__}); expected True or False")
+    if not isinstance(value.metrics, Mapping):
+        raise ContractViolation(f"environment {env.name!r}: step() metrics is {type(value.metrics).__name__}; "
+                                "expected a dict of names to numbers")
     metrics: dict[str, float] = {}
     for key, number in value.metrics.items():
+        if not isinstance(key, str) or not key or "/" in key:
+            raise ContractViolation(f"environment {env.name!r}: metric name {key!r}; names are non-empty text "
+                                    "without '/'")
         checked = as_number(number)
         if checked is None or not math.isfinite(checked):
             raise ContractViolation(f"environment {env.name!r}: metric {key!r} is {number!r}; expected a finite number")
         metrics[key] = checked
-    if not (value.observation is None or isinstance(value.observation, str)
-            or (isinstance(value.observation, list) and all(isinstance(m, dict) for m in value.observation))):
-        raise ContractViolation(f"environment {env.name!r}: step() observation must be text, a list of messages "
-                                "or None")
-    return Step(value.observation, reward, bool(value.done), metrics)
+    undeclared = [key for key in metrics if key not in env.metrics]
+    if undeclared:
+        declare_metrics(env, undeclared)
+    observation = check_messages(value.observation, env, "step() observation")
+    return Step(observation, reward, value.done, metrics)
+
+
+_METRICS_LOCK = threading.Lock()
+
+
+def declare_metrics(env: type[Environment], keys: list[str]) -> None:
+    """Add metric names an environment returned without declaring them, warning once per name.
+
+    An episode's metric is the sum of its turns' values, so a name first seen mid-run counted 0 in the episodes
+    before it, which is what they had. The native backends' loggers keep the names declared at plan time."""
+    with _METRICS_LOCK:
+        new = [key for key in keys if key not in env.metrics]
+        if not new:
+            return
+        env.metrics = (*env.metrics, *new)
+        registered = _DECORATED.get(env.name)
+        if registered is not None and registered.cls is env:
+            _DECORATED[env.name] = dataclasses.replace(registered, metrics=env.metrics)
+    log.warning("environment %r returned metrics it did not declare: %s; logging them too, in trajectories.jsonl "
+                "and on TRL in the run's metrics (declare them in @unirl.environment(metrics=...) for the native "
+                "backends' loggers, which need every name before the first step)", env.name, new)
 
 
 def check_final(value: Any, env: type[Environment]) -> float:

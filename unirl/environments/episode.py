@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import threading
 import traceback
 from collections.abc import Callable, Mapping
@@ -22,18 +23,26 @@ from unirl.environments.contract import (
     Step,
     Task,
     check_final,
+    check_messages,
     check_step,
 )
 from unirl.errors import InfrastructureError
 
 Termination = Literal["done", "max_turns", "truncated", "error", "unfinished"]
-ErrorKind = Literal["exception", "timeout", "invalid", "infrastructure"]
-"""How an episode failed: the environment raised, ran past its deadline, broke the contract, or what it needs (its
-sandbox, a service) was broken (:class:`unirl.errors.InfrastructureError`: the machine's fault, not the model's)."""
+ErrorKind = Literal["exception", "timeout", "invalid", "infrastructure", "exit"]
+"""How an episode failed: the environment raised, ran past its deadline, broke the contract, what it needs (its
+sandbox, a service) was broken (:class:`unirl.errors.InfrastructureError`: the machine's fault, not the model's), or
+its code tried to end the process (``sys.exit``, ``KeyboardInterrupt`` raised by a library)."""
 
 
 class EnvironmentTimeout(Exception):
     """An environment call ran past its deadline."""
+
+
+class EnvironmentExit(Exception):
+    """An environment call raised ``SystemExit``, ``KeyboardInterrupt`` or another exception that is not an
+    ``Exception``: a library's ``sys.exit`` must fail the episode, not end (or silently stop) the training process
+    that runs it."""
 
 
 def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s: float) -> Any:
@@ -41,7 +50,9 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
 
     A call past its deadline raises EnvironmentTimeout; its thread is left to finish on its own (Python cannot stop
     a thread), which is why code an environment runs for the model belongs in unirl's sandbox, whose processes can
-    be killed."""
+    be killed. What the call raises is raised here, except ``SystemExit`` and its kin (not an ``Exception``), which
+    arrive as :class:`EnvironmentExit`: they came from the environment's code (the user's Ctrl-C reaches the main
+    thread, never this one)."""
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -56,9 +67,21 @@ def call_with_deadline(fn: Callable[..., Any], args: tuple[Any, ...], timeout_s:
     worker.join(timeout_s)
     if worker.is_alive():
         raise EnvironmentTimeout(f"{getattr(fn, '__qualname__', fn)} did not return within {timeout_s:g} s")
-    if "error" in outcome:
-        raise outcome["error"]
+    error = outcome.get("error")
+    if error is not None and not isinstance(error, Exception):
+        raise EnvironmentExit(f"{type(error).__name__}({', '.join(map(repr, error.args))}) raised in "
+                              f"{_raised_in(error)}, called as {getattr(fn, '__qualname__', fn)}") from error
+    if error is not None:
+        raise error
     return outcome.get("value")
+
+
+def _raised_in(error: BaseException) -> str:
+    """The function that raised ``error`` (the innermost frame of its traceback)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "?" if tb is None else tb.tb_frame.f_code.co_qualname
 
 
 @dataclass
@@ -137,7 +160,7 @@ class EpisodeRunner:
         self.env: Environment | None = None
         self.episode = Episode(spec.name, {"prompt": task.prompt if isinstance(task.prompt, str)
                                            else [dict(m) for m in task.prompt], "reference": task.reference,
-                                           "seed": task.seed})
+                                           "metadata": dict(task.metadata), "seed": task.seed})
         self.over = False
 
     def _fail(self, kind: ErrorKind, exc: BaseException) -> None:
@@ -159,6 +182,8 @@ class EpisodeRunner:
             self._fail("invalid", exc)
         except InfrastructureError as exc:
             self._fail("infrastructure", exc)
+        except EnvironmentExit as exc:
+            self._fail("exit", exc)
         except Exception as exc:
             self._fail("exception", exc)
         return None
@@ -166,11 +191,10 @@ class EpisodeRunner:
     def start(self) -> list[Message] | None:
         def opening() -> list[Message]:
             self.env = env = self._call(lambda: self.spec.cls(**self.kwargs))
-            opened = self._call(env.reset, self.task)
-            if not (isinstance(opened, str) or (isinstance(opened, list) and all(isinstance(m, dict)
-                                                                                  for m in opened))):
-                raise ContractViolation(f"environment {self.spec.name!r}: reset() returned {type(opened).__name__}; "
-                                "expected text or a list of messages")
+            opened = check_messages(self._call(env.reset, self.task), self.spec.cls, "reset()")
+            if not opened:
+                raise ContractViolation(f"environment {self.spec.name!r}: reset() returned {opened!r}; expected "
+                                        "the opening text or messages")
             return messages_of(opened)
 
         found: list[Message] | None = self._guarded(opening)
@@ -185,7 +209,8 @@ class EpisodeRunner:
         turn = Turn(action, truncated)
         self.episode.turns.append(turn)
         env = self.env
-        step: Step | None = self._guarded(lambda: check_step(self._call(env.step, action), self.spec.cls))
+        step: Step | None = self._guarded(lambda: self._totals_stay_finite(
+            check_step(self._call(env.step, action), self.spec.cls)))
         if step is None:
             return None
         turn.observation, turn.reward, turn.metrics = step.observation, step.reward, step.metrics
@@ -195,6 +220,18 @@ class EpisodeRunner:
             return None
         return messages_of(step.observation)
 
+    def _totals_stay_finite(self, step: Step) -> Step:
+        """Every turn reward and metric is finite, but their sums over the episode could still overflow (1e308 a
+        turn): the episode is then an error, not a return of inf that every comparison calls solved."""
+        total = self.episode.turn_rewards + step.reward
+        sums = self.episode.metrics()
+        overflowed = [key for key, value in step.metrics.items() if not math.isfinite(sums.get(key, 0.0) + value)]
+        if not math.isfinite(total) or overflowed:
+            what = f"metrics {overflowed}" if overflowed else "turn rewards"
+            raise ContractViolation(f"environment {self.spec.name!r}: the episode's {what} sum to a non-finite "
+                                    "number; return rewards and metrics that add up")
+        return step
+
     def truncate(self) -> None:
         """End the episode at its last turn because the token budget has no room for another one."""
         if not self.over:
@@ -203,13 +240,20 @@ class EpisodeRunner:
             self.episode.termination = "truncated"
             self.over = True
 
+    def _return_stays_finite(self, final: float) -> float:
+        if not math.isfinite(self.episode.turn_rewards + final):
+            raise ContractViolation(f"environment {self.spec.name!r}: final() {final!r} plus the turn rewards is not "
+                                    "a finite number")
+        return final
+
     def finish(self) -> Episode:
         """Score ``final()`` (for an episode that did not fail) and close the environment, whatever happened."""
         if self.env is not None and self.episode.error_kind is None:
             if not self.over:
                 self.episode.termination = "unfinished"
             env = self.env
-            final = self._guarded(lambda: check_final(self._call(env.final), self.spec.cls))
+            final = self._guarded(lambda: self._return_stays_finite(check_final(self._call(env.final),
+                                                                                self.spec.cls)))
             if final is not None:
                 self.episode.final_reward = final
         if self.env is not None:

@@ -173,7 +173,7 @@ def register_reward_files(recipe: Recipe, registry: Registry[RewardFunction]) ->
     for i, spec in enumerate(recipe.rewards):
         if spec.file:
             field_name = f"rewards[{i}].file"
-            probe_reward_file(spec.file, field_name, budget)
+            probe_reward_file(spec.file, field_name, budget, recipe.reward_policy.worker_memory_mb)
             try:
                 module = load_reward_file(spec.file)
             except FieldError as exc:
@@ -197,7 +197,8 @@ def environment_problems(host: Host, recipe: Recipe) -> list[FieldError]:
     ``environment.name`` must then be registered."""
     env = recipe.environment
     if env.file:
-        probe_reward_file(env.file, "environment.file", recipe.reward_policy.startup_timeout_s)
+        probe_reward_file(env.file, "environment.file", recipe.reward_policy.startup_timeout_s,
+                          recipe.reward_policy.worker_memory_mb)
         try:
             module = load_reward_file(env.file)
         except BaseException as exc:  # SystemExit included: a file's import never ends unirl

@@ -7,13 +7,16 @@ reference. It also fixes the component keys, so all backends log the same column
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import json
 import math
 import os
+import signal
 import sys
+import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
@@ -177,11 +180,16 @@ def entry_for(fn: RewardFunction, weight: float = 1.0, kwargs: dict[str, Any] | 
 
 _PROBE_OK = "unirl-reward-file-imported"
 _PROBED: dict[tuple[str, int, int], None] = {}
+_PROBE_POLL_S = 0.05  # how often the probe's memory is read: 50 ms of allocation is ~0.5 GB at most
 
 
-def probe_reward_file(path: str, field_name: str, timeout_s: float) -> None:
-    """Import ``path`` in a child interpreter; a FieldError naming ``field_name`` when that does not end cleanly."""
+def probe_reward_file(path: str, field_name: str, timeout_s: float, memory_mb: float) -> None:
+    """Import ``path`` in a child interpreter; a FieldError naming ``field_name`` when that does not end cleanly:
+    it raises, exits, crashes, takes longer than ``timeout_s`` or holds more than ``memory_mb`` MiB (0: no bound;
+    ``reward_policy.worker_memory_mb``, since every reward worker imports the file too)."""
     import subprocess
+
+    from unirl.process_tree import rss_mib
 
     file = Path(path).expanduser()
     if not file.is_file():
@@ -193,19 +201,36 @@ def probe_reward_file(path: str, field_name: str, timeout_s: float) -> None:
     code = ("import sys\nfrom unirl.rewards.spec import load_reward_file\nload_reward_file(sys.argv[1])\n"
             f"sys.stdout.write('\\n{_PROBE_OK}\\n'); sys.stdout.flush()\n")
     env_path = os.pathsep.join(p for p in sys.path if p)
+    child = subprocess.Popen([sys.executable, "-c", code, str(file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": env_path}, text=True,
+                             errors="replace", start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    peak = 0.0
     try:
-        done = subprocess.run([sys.executable, "-c", code, str(file)], capture_output=True, text=True,
-                              timeout=timeout_s, stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": env_path},
-                              errors="replace")
-    except subprocess.TimeoutExpired:
-        raise FieldError(field_name, path, f"a file that imports within reward_policy.startup_timeout_s="
-                                           f"{timeout_s:g} s; importing it did not finish (does it hang?)") from None
-    tail = "\n".join(done.stderr.strip().splitlines()[-6:])
-    if done.returncode != 0:
-        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        while True:
+            try:
+                out, err = child.communicate(timeout=_PROBE_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                peak = max(peak, rss_mib(child.pid) or 0.0)
+                if memory_mb and peak > memory_mb:
+                    raise FieldError(field_name, path, f"a file whose import holds at most reward_policy."
+                                     f"worker_memory_mb={memory_mb:g} MiB; importing it reached {peak:.0f} MiB "
+                                     "and was stopped") from None
+                if time.monotonic() > deadline:
+                    raise FieldError(field_name, path, f"a file that imports within reward_policy.startup_timeout_s="
+                                     f"{timeout_s:g} s; importing it did not finish (does it hang?)") from None
+    finally:
+        if child.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, signal.SIGKILL)  # its own session: whatever it started at import goes too
+            child.communicate()
+    tail = "\n".join(err.strip().splitlines()[-6:])
+    if child.returncode != 0:
+        how = f"signal {-child.returncode}" if child.returncode < 0 else f"exit status {child.returncode}"
         raise FieldError(field_name, path, f"a file that imports cleanly; importing it ended the interpreter with "
                                            f"{how}" + (f":\n{tail}" if tail else ""))
-    if not done.stdout.rstrip().endswith(_PROBE_OK):
+    if not out.rstrip().endswith(_PROBE_OK):
         raise FieldError(field_name, path, "a file that imports cleanly; importing it exited the interpreter "
                                            "(sys.exit or os._exit at import, status 0)")
     _PROBED[key] = None

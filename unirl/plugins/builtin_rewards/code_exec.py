@@ -59,7 +59,8 @@ from unirl.rewards.sandbox.core import (
 
 from . import code_protocol
 
-FENCED_PYTHON = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+FENCE = "```"
+PYTHON_FENCE_INFO = re.compile(r"[ \t]*(?:python3?|py)[ \t]*\n", re.IGNORECASE)
 # The harness's exit status when solution.py does not compile (before any of it ran). A program that
 # exits with it on purpose is only scored as not compiled: it cannot gain from that.
 NOT_COMPILED = 97
@@ -95,8 +96,21 @@ def _harness(source: str, files: dict[str, str], limits: SandboxLimits) -> Sandb
 
 
 def extract_program(completion: str) -> str:
-    blocks = FENCED_PYTHON.findall(completion)
-    return blocks[-1] if blocks else completion
+    """The last fenced Python block (```python ... ```), else the whole completion.
+
+    A scan, not one lazy pattern over the text: ``.*?`` between fences re-reads the rest of the text from every
+    unclosed opening fence, quadratic in a completion of openings. Here each fence is looked at once."""
+    last, at = None, 0
+    while (start := completion.find(FENCE, at)) >= 0:
+        info = PYTHON_FENCE_INFO.match(completion, start + len(FENCE))
+        if info is None:
+            at = start + 1
+            continue
+        end = completion.find(FENCE, info.end())
+        if end < 0:
+            break  # no closing fence after this opening, so after no later one either
+        last, at = completion[info.end():end], end + len(FENCE)
+    return completion if last is None else last
 
 
 def _tests_list(metadata: Mapping[str, Any]) -> list[Any]:

@@ -25,10 +25,33 @@ def _compiled(pattern: str) -> re.Pattern[str]:
         raise ValueError(f"format: pattern={pattern!r} is not a valid regular expression ({exc})") from None
 
 
+def think_then_answer(text: str) -> bool:
+    """``THINK_ANSWER.fullmatch(text)``, decided in one pass: the lazy pattern re-reads the rest of the text at every
+    ``</think>``, quadratic in a completion that repeats it, and a completion is hostile."""
+    opening, closing, start_answer, end_answer = "<think>", "</think>", "<answer>", "</answer>"
+    if not (text.startswith(opening) and text.endswith(end_answer)):
+        return False
+    last_body_end = len(text) - len(end_answer)
+    at = len(opening)
+    while (found := text.find(closing, at)) >= 0:
+        after = found + len(closing)
+        rest = after
+        while rest < len(text) and text[rest].isspace():
+            rest += 1
+        if text.startswith(start_answer, rest) and rest + len(start_answer) <= last_body_end:
+            return True
+        at = found + 1 if rest == after else rest  # whitespace already read is not read again
+    return False
+
+
 @unirl.reward("format", components=("finished",))
 def format_match(sample: unirl.Sample, pattern: str = THINK_ANSWER) -> unirl.RewardResult:
-    """1.0 when the whole completion matches ``pattern`` (default <think>...</think><answer>...</answer>)."""
-    matched = _compiled(pattern).fullmatch(sample.completion.strip()) is not None
+    """1.0 when the whole completion matches ``pattern`` (default <think>...</think><answer>...</answer>).
+
+    The default is checked in linear time; a pattern of the recipe's own runs as written, under the reward's
+    per-call deadline in a worker process (a nested quantifier over model text can take exponential time)."""
+    text = sample.completion.strip()
+    matched = think_then_answer(text) if pattern == THINK_ANSWER else _compiled(pattern).fullmatch(text) is not None
     return unirl.RewardResult(1.0 if matched else 0.0, {"finished": 0.0 if sample.truncated else 1.0})
 
 

@@ -92,14 +92,29 @@ def _clip(text: str, limit: int = 120) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
+MAX_NUMBER_CHARS = 4300
+"""Python's own limit on the digits of an integer written in text: a longer "number" compares as text."""
+MAX_EXPONENT = 1000
+"""``1e999999999`` would make Fraction compute a billion-digit power: a larger exponent compares as text."""
+EXPONENT = re.compile(r"[eE]([-+]?[0-9_]+)\Z")
+
+
 @functools.lru_cache(maxsize=65536)
 def as_number(text: str) -> Fraction | int | None:
+    """The exact value of a number written as text (integer, decimal, fraction, ``\\frac{a}{b}``, scientific), or
+    None. A completion is hostile, so this is bounded and never raises: numbers past :data:`MAX_NUMBER_CHARS` digits
+    or :data:`MAX_EXPONENT` are not numbers here."""
     cleaned = text.strip()
+    if len(cleaned) > MAX_NUMBER_CHARS:
+        return None
     if INTEGER.fullmatch(cleaned):  # the common case, ~20x cheaper than Fraction parsing
         return int(cleaned)
     if "\\" in cleaned:
         cleaned = FRAC.sub(r"\1/\2", cleaned)
     cleaned = cleaned.replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
+    exponent = EXPONENT.search(cleaned)
+    if exponent is not None and abs(int(exponent.group(1).replace("_", "") or 0)) > MAX_EXPONENT:
+        return None
     try:
         return Fraction(cleaned)
     except (ValueError, ZeroDivisionError):
@@ -169,4 +184,8 @@ def numeric_closeness(sample: unirl.Sample, scale: float = 10.0) -> float:
         raise ValueError(f"numeric_closeness needs a numeric reference, got {sample.reference!r}")
     if p is None:
         return 0.0
-    return max(0.0, 1.0 - abs(float(p - r)) / scale)
+    try:
+        distance = float(abs(p - r))
+    except OverflowError:  # beyond a float: as far from the reference as anything gets
+        return 0.0
+    return max(0.0, 1.0 - distance / scale)

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -65,6 +66,16 @@ class LocalScheduler(SchedulerBase):
                 summary = run(plan, run_dir)
             except KeyboardInterrupt:
                 return finish(run_dir, NAME, JobResult("interrupted", 130, job_id=job_id))
+            except BaseException as exc:
+                # job.json must not say "running" after the run is over, however it ended. Something in the run
+                # calling sys.exit (a library, a callback) ends it as a failure, never as exit 0 with nothing said.
+                error = f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else (
+                    f"{type(exc).__name__}({', '.join(map(repr, exc.args))}) was raised inside the run")
+                finish(run_dir, NAME, JobResult("failed", 1, job_id=job_id, error=error,
+                                                log_tail="".join(traceback.format_exception(exc))))
+                if isinstance(exc, Exception):
+                    raise  # the command reports it, with its traceback in error.log
+                return JobResult("failed", 1, job_id=job_id, error=error, summary=read_summary(run_dir))
             state = summary.get("state", "completed")
             # A run the backend itself judged not completed (e.g. zero optimizer updates) is a failure with its reason.
             return finish(run_dir, NAME, JobResult(state, 0 if state == "completed" else 1, job_id=job_id,

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from unirl.adapters.trl import TrlRewardAdapter, finite_mean, text_of
+from unirl.adapters.trl_rows import rows_dataset
 from unirl.backend.native import prompt_budget
 from unirl.backend.plan import LaunchPlan
 from unirl.data.builtin.tiny_model import warn_unknown_characters
-from unirl.data.loading import fingerprint, limit, load_rows, render_prompt
+from unirl.data.loading import fingerprint, limit, load_rows, render_prompt, row_metadata
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.host.manager import Host, get_host
 from unirl.host.planning import spec_from_recipe
@@ -209,7 +210,8 @@ def prepare_rows(rows: list[dict[str, Any]], data: DataConfig, tok: Any, source:
             prompt = fit_messages(prompt, budget, tok)
         reference = row.get(data.answer_key) if data.answer_key is not None else None
         out.append({"prompt": prompt, "reference": None if reference is None else str(reference),
-                    "data_source": str(row.get("data_source", split_source(source)[0]))})
+                    "data_source": str(row.get("data_source", split_source(source)[0])),
+                    "metadata": row_metadata(row, data)})
     return out
 
 
@@ -286,7 +288,7 @@ def evaluate(model: Any, tok: Any, rows: list[dict[str, Any]], recipe: Recipe, r
                     ids = ids[:next(i for i, t in enumerate(ids) if t in stop_ids)]
                 completion = tok.decode(ids, skip_special_tokens=True)
                 samples.append(Sample(prompt=text_of(row["prompt"]), completion=completion, reference=row["reference"],
-                                      data_source=row["data_source"], truncated=not finished,
+                                      data_source=row["data_source"], metadata=row["metadata"], truncated=not finished,
                                       completion_tokens=len(ids)))
             for sample, scored in zip(samples, rewards.score(samples), strict=True):
                 hit = (scored.scores.get(accuracy_reward) or 0.0) >= recipe.eval.accuracy_threshold
@@ -310,8 +312,9 @@ def eval_summary(records: list[dict[str, Any]], accuracy_reward: str) -> dict[st
 
 def environment_episodes(host: Host, recipe: Recipe, tok: Any, rows: list[dict[str, Any]], stop_ids: set[int],
                          suppress: list[int] | None) -> TrlEpisodes | None:
-    """The recipe's environment as an episode loop, or None for single-turn training. TRL's rollout_func receives
-    prompts alone (grpo_trainer.py:2210), so each prompt must name one data row: the row its episode's task is."""
+    """The recipe's environment as an episode loop over the training ``rows``, or None for single-turn training.
+    TRL's rollout_func receives prompts alone (grpo_trainer.py:2210); each carries the index of its row
+    (:mod:`unirl.adapters.trl_rows`), whose reference and metadata are its episode's task."""
     env = recipe.environment
     if env.name is None:
         return None
@@ -321,16 +324,8 @@ def environment_episodes(host: Host, recipe: Recipe, tok: Any, rows: list[dict[s
     problems = environment_problems(host, recipe)  # registers environment.file in this process too
     if problems:
         raise UnirlError(str(problems[0]))
-    by_prompt: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        key = row["prompt"] if isinstance(row["prompt"], str) else repr(row["prompt"])
-        seen = by_prompt.setdefault(key, row)
-        if (seen.get("reference"), seen.get("metadata")) != (row.get("reference"), row.get("metadata")):
-            raise UnirlError(f"environment.name={env.name}: two data rows share the prompt {key[:80]!r} with different "
-                             "references or metadata; TRL hands an episode its prompt alone, so each prompt must "
-                             "name one row")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL 1.16: the plan says so
-    return TrlEpisodes(host.environments.get(env.name), env.kwargs, tok=tok, rows_by_prompt=by_prompt,
+    return TrlEpisodes(host.environments.get(env.name), env.kwargs, tok=tok, rows=rows,
                        chat_template=recipe.data.chat_template is True, max_new_tokens=recipe.algorithm.max_new_tokens,
                        temperature=recipe.algorithm.temperature, top_p=recipe.algorithm.top_p,
                        timeout_s=env.timeout_s, max_turns=env.max_turns, run_seed=recipe.seed, eos_ids=stop_ids,
@@ -352,10 +347,10 @@ def evaluate_episodes(model: Any, episodes: TrlEpisodes, rows: list[dict[str, An
     from unirl.adapters.trl_environment import episode_seed
 
     seeds = [episode_seed(recipe.seed + seed_offset, 0, i) for i in range(len(rows))]
-    items = episodes.run(model, [r["prompt"] for r in rows], seeds, greedy=recipe.eval.greedy is not False)
+    items = episodes.run(model, rows, seeds, greedy=recipe.eval.greedy is not False)
     samples = [Sample(prompt=text_of(r["prompt"]), completion=episodes.tok.decode(item.completion_ids,
                                                                                     skip_special_tokens=True),
-                      reference=r["reference"], data_source=r["data_source"],
+                      reference=r["reference"], data_source=r["data_source"], metadata=r["metadata"],
                       truncated=item.episode is not None and item.episode.termination == "truncated",
                       completion_tokens=sum(item.env_mask)) for r, item in zip(rows, items, strict=True)]
     records: list[dict[str, Any]] = []
@@ -605,7 +600,6 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
     checkpoint, and the held-out eval before training is not run again (the first run's is in eval.jsonl).
     """
     import torch
-    from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
 
     info = recorder.run
@@ -657,7 +651,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
 
     suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
     per_step = updates_per_step(recipe)  # TRL optimizer updates per unirl step (one rollout batch)
-    episodes = environment_episodes(host, recipe, tok, train_rows + eval_rows, eos_ids(model, tok), suppress)
+    episodes = environment_episodes(host, recipe, tok, train_rows, eos_ids(model, tok), suppress)
     recorder.run_start()
 
     def run_eval(step: int, seed_offset: int = EVAL_SEED_OFFSET) -> dict[str, Any]:
@@ -742,7 +736,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
         trainer = trainer_class(
             model=model, reward_funcs=[*adapter.reward_funcs(), *trl_reward_funcs(plan)],
             args=config_class(output_dir=str(run_dir / CHECKPOINTS), **args),
-            train_dataset=Dataset.from_list(train_rows), processing_class=tok, callbacks=[UnirlCallback()],
+            train_dataset=rows_dataset(train_rows), processing_class=tok, callbacks=[UnirlCallback()],
             peft_config=lora_config(plan), **loop)
         trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
         # PEFT injects the adapters into ``model``'s own modules (the trainer holds a PeftModel around it), so the
