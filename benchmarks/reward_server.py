@@ -1,6 +1,7 @@
 """Load test of the OpenRLHF reward server on loopback: requests/s, p50/p99 and failed requests.
 
     python benchmarks/reward_server.py [--requests 3000] [--seconds 30] [--servers before,hardened,aiohttp]
+        [--before-rev REV] [--slow-clients 300] [--slowloris 300,1100]
 
 Each server runs in its own process (as it does beside OpenRLHF), scoring with a real spec: the built-in
 ``math_answer`` (trusted, so it scores in the server's thread, which makes the server the thing measured). The
@@ -10,7 +11,11 @@ each task waiting for its answer before the next; every answer is checked agains
 
 - ``new connection``: a TCP connection per request, which is what OpenRLHF's client does (a new aiohttp session
   per request); ``keep-alive``: connections reused (other clients).
-- servers: ``before`` (the server at git HEAD, if it differs from the working tree), ``hardened`` (this tree's
+- slow clients: ``--slow-clients N`` connections beside the load that each send their request a byte every 2 s
+  and reconnect whenever the server closes them (slowloris); ``--slowloris`` also times one legitimate request
+  after another (20 of them) while that many slow clients hold their connections.
+- servers: ``before`` (the server at ``--before-rev``, default git HEAD, if it differs from the working tree),
+  ``hardened`` (this tree's
   ``unirl.adapters.openrlhf_server``), ``hardened, cap 32`` (128 clients over a 32-connection cap: the rest wait
   in the listen backlog) and ``aiohttp`` (aiohttp's web server with the same validation and scoring, when
   aiohttp is installed: it is an OpenRLHF dependency, not one of unirl's core).
@@ -24,10 +29,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import re
 import select
+import shutil
 import statistics
 import subprocess
 import sys
@@ -220,6 +227,80 @@ async def _load(address: tuple[str, int], bodies: list[tuple[bytes, float]], con
             "max_ms": round(1000 * ordered[-1], 2)}
 
 
+async def _slow_client(host: str, port: int, stop: asyncio.Event, counts: Counter[str]) -> None:
+    """A slowloris client: a well-formed request sent a byte every 2 s; reconnects whenever it is closed."""
+    data = (b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+    while not stop.is_set():
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError:
+            counts["refused"] += 1
+            await asyncio.sleep(0.5)
+            continue
+        counts["connections"] += 1
+        try:
+            for i in range(len(data)):
+                if stop.is_set() or reader.at_eof():
+                    break
+                writer.write(data[i:i + 1])
+                await writer.drain()
+                try:
+                    async with asyncio.timeout(2.0):
+                        if await reader.read(65536) == b"":
+                            counts["closed by the server"] += 1
+                            break
+                        counts["answered"] += 1
+                        break
+                except TimeoutError:
+                    pass
+        except OSError:
+            counts["reset"] += 1
+        finally:
+            writer.close()
+
+
+async def _with_slow_clients(address: tuple[str, int], slow: int, work: Any) -> tuple[Any, dict[str, int]]:
+    """``work()`` while ``slow`` slowloris clients hold connections (opened first, 3 s before the work starts)."""
+    stop = asyncio.Event()
+    counts: Counter[str] = Counter()
+    tasks = [asyncio.create_task(_slow_client(*address, stop, counts)) for _ in range(slow)]
+    if slow:
+        await asyncio.sleep(3.0)
+    try:
+        result = await work()
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return result, dict(counts)
+
+
+async def _legitimate_latency(address: tuple[str, int], body: tuple[bytes, float], n: int = 20) -> dict[str, Any]:
+    """One OpenRLHF-style request at a time (a new connection each), timed from connect to answer."""
+    host, port = address
+    data = (b"POST /get_reward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n" % len(body[0]) + body[0])
+    latencies, failures = [], Counter[str]()
+    for _ in range(n):
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_S * 2):
+                reader, writer = await asyncio.open_connection(host, port)
+                writer.write(data)
+                status, answer, _ = await _read_answer(reader)
+                writer.close()
+            if status == 200 and json.loads(answer)["rewards"] == [body[1]]:
+                latencies.append(time.perf_counter() - start)
+            else:
+                failures[f"HTTP {status}"] += 1
+        except Exception as exc:
+            failures[type(exc).__name__] += 1
+    ordered = sorted(latencies) or [float("nan")]
+    return {"requests": n, "failed": sum(failures.values()), "failures": dict(failures),
+            "p50_ms": round(1000 * statistics.median(ordered), 1), "max_ms": round(1000 * ordered[-1], 1)}
+
+
 def _drop(conn: list[Any]) -> None:
     if conn:
         conn[1].close()
@@ -245,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="per row, at most")
     parser.add_argument("--repeats", type=int, default=3, help="trials per row (medians are reported)")
     parser.add_argument("--servers", default="before,hardened,hardened-cap32,aiohttp")
+    parser.add_argument("--before-rev", default="HEAD", help="the git revision whose server is 'before'")
+    parser.add_argument("--slow-clients", type=int, default=0, help="slowloris clients beside the load")
+    parser.add_argument("--slowloris", default="", help="comma list: legitimate-request latency beside this many "
+                                                         "slow clients (e.g. 300,1100)")
     parser.add_argument("--serve-aiohttp", metavar="SPEC", help=argparse.SUPPRESS)  # the aiohttp server process
     ns = parser.parse_args(argv)
     if ns.serve_aiohttp:
@@ -253,20 +338,21 @@ def main(argv: list[str] | None = None) -> int:
     wanted = ns.servers.split(",")
     bodies = requests_and_expected()
     rows: list[dict[str, Any]] = []
+    keep = Path(tempfile.mkdtemp(prefix="unirl-bench-server-code-"))
     with tempfile.TemporaryDirectory(prefix="unirl-bench-server-") as tmp:
         spec = str(SPEC.write(Path(tmp) / "reward_spec.json"))
         env = {"PYTHONPATH": str(REPO), "UNIRL_REWARD_SPEC": spec}
         server_cmd = [sys.executable, "-m", "unirl.adapters.openrlhf_server", "--spec", spec, "--port", "0"]
         servers: list[tuple[str, list[str], list[bool]]] = []
         if "before" in wanted:
-            head = subprocess.run(["git", "show", "HEAD:unirl/adapters/openrlhf_server.py"], cwd=REPO,
+            head = subprocess.run(["git", "show", f"{ns.before_rev}:unirl/adapters/openrlhf_server.py"], cwd=REPO,
                                   capture_output=True, text=True)
             current = (REPO / "unirl/adapters/openrlhf_server.py").read_text()
             if head.returncode == 0 and head.stdout != current:
-                before = Path(tmp) / "openrlhf_server_before.py"
+                before = keep / "openrlhf_server_before.py"  # both stages below start it
                 before.write_text(head.stdout)
-                servers.append(("before (git HEAD)", [sys.executable, str(before), "--spec", spec, "--port", "0"],
-                                [False]))  # HTTP/1.0 only: it closes every connection
+                servers.append((f"before (git {ns.before_rev})",
+                                [sys.executable, str(before), "--spec", spec, "--port", "0"], [False]))
         if "hardened" in wanted:
             servers.append(("hardened", server_cmd, [False, True]))
         if "hardened-cap32" in wanted:
@@ -287,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
                 proc, address = start(command, env)  # a fresh server per trial: no state carried over
                 try:
                     cpu_before = _cpu_s(proc.pid)
-                    trial = asyncio.run(_load(address, bodies, concurrency, ns.requests, ns.seconds, keep_alive))
+                    trial, slow_counts = asyncio.run(_with_slow_clients(address, ns.slow_clients, functools.partial(
+                        _load, address, bodies, concurrency, ns.requests, ns.seconds, keep_alive)))
+                    trial["slow_clients"] = {"n": ns.slow_clients, **slow_counts}
                     trial["server_cpu_us_per_request"] = round(
                         1e6 * (_cpu_s(proc.pid) - cpu_before) / max(1, trial["requests"] + WARMUP))
                 finally:
@@ -307,6 +395,23 @@ def main(argv: list[str] | None = None) -> int:
                             ("requests_per_s", "p50_ms", "p99_ms", "max_ms", "server_cpu_us_per_request")},
                          "per_trial": [{k: t[k] for k in ("requests_per_s", "p50_ms", "p99_ms", "failed")}
                                        for t in runs]})
+    slowloris = []
+    with tempfile.TemporaryDirectory(prefix="unirl-bench-server-") as tmp:
+        spec = str(SPEC.write(Path(tmp) / "reward_spec.json"))
+        env = {"PYTHONPATH": str(REPO), "UNIRL_REWARD_SPEC": spec}
+        for name, command, _ in servers:
+            command = [spec if part.endswith("reward_spec.json") else part for part in command]
+            for slow in [int(n) for n in ns.slowloris.split(",") if n]:
+                proc, address = start(command, env)
+                try:
+                    latency, counts = asyncio.run(_with_slow_clients(address, slow, functools.partial(
+                        _legitimate_latency, address, bodies[0])))
+                finally:
+                    stop(proc)
+                slowloris.append({"server": name, "slow_clients": slow, **latency, "slow": counts})
+                print(f"{name:<32} {slow:>5} slow clients: a legitimate request p50 {latency['p50_ms']} ms, max "
+                      f"{latency['max_ms']} ms, failed {latency['failed']} {latency['failures'] or ''}", flush=True)
+    shutil.rmtree(keep, ignore_errors=True)
     print("\nmedians over the trials (failed: all trials together)")
     for row in rows:
         print(_line(row["server"], row["connections"] == "keep-alive", row))
@@ -315,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                            "bounds": {"requests_per_trial": ns.requests, "seconds_per_trial": ns.seconds,
                                       "trials_per_row": ns.repeats,
                                       "warmup": WARMUP, "request_timeout_s": REQUEST_TIMEOUT_S},
-                           "rows": rows})
+                           "slow_clients_beside_the_load": ns.slow_clients, "rows": rows,
+                           "legitimate_request_under_slowloris": slowloris})
     return 1 if any(r["failed"] for r in rows if not r["server"].startswith("before")) else 0
 
 

@@ -115,8 +115,9 @@ def test_a_killed_run_resumes_from_its_checkpoint_without_duplicated_or_torn_lin
     assert per_step == collections.Counter(t["step"] for t in whole_trajectories)  # the same steps, once each
     assert [t["completion"] for t in trajectories] == [t["completion"] for t in whole_trajectories]
 
-    # The resume says so: it continued from a complete checkpoint that holds RNG state, with the same recipe.
+    # The resume says so, measured: the steps the killed run logged after its checkpoint came out the same.
     assert summary["resumed_from"]["bit_identical"] is True
+    assert summary["resumed_from"]["compared_steps"] >= 1
     assert summary["resumed_from"]["not_bit_identical_because"] == []
     assert summary["resumed_from"]["skipped_checkpoints"][0]["reason"].startswith("no trainer_state.json")
     assert not (run_dir / "trl" / "checkpoint-22").exists()  # the torn save was set aside, out of TRL's way
@@ -168,23 +169,32 @@ def test_a_run_killed_in_its_final_eval_resumes_without_training_again(isolated:
 
 @pytest.mark.train
 @pytest.mark.slow
-def test_resume_without_a_checkpoint_is_refused_naming_run_resume(isolated: Path) -> None:
+def test_resume_of_a_run_stopped_before_its_first_checkpoint_starts_it_again(isolated: Path) -> None:
     fresh = run_cli(*RUN[:3], "run.resume=true", "hydra.run.dir=runs/fresh", cwd=isolated)
-    assert fresh.returncode == 2, fresh.stderr[-3000:]
+    assert fresh.returncode == 2, fresh.stderr[-3000:]  # nothing there at all: refused, naming the directory
     assert "run.resume=true: no complete checkpoint" in fresh.stderr and "runs/fresh" in fresh.stderr
 
-    # an earlier run whose only checkpoint a kill cut off mid-save: nothing to resume from either
+    # an earlier run killed before its first complete save (its only checkpoint cut off mid-save, two steps logged):
+    # the resume starts it again from step 0 in its own directory, and says so
     partial = isolated / "runs" / "partial"
     (partial / ".hydra").mkdir(parents=True)
     (partial / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in RUN[:3]))
     (partial / "trl" / "checkpoint-4").mkdir(parents=True)
     (partial / "trl" / "checkpoint-4" / "model.safetensors").write_bytes(b"partial")
+    (partial / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n')
     resumed = run_cli(*resume_overrides(partial), cwd=isolated)
-    assert resumed.returncode == 2, resumed.stderr[-3000:]
-    assert f"run.resume=true: no complete checkpoint in {partial / 'trl'}" in resumed.stderr
-    assert "checkpoint-4: no trainer_state.json" in resumed.stderr  # why the only checkpoint was passed over
-    assert not (partial / "manifest.json").exists()  # refused before the backend started
-    assert sorted(p.name for p in partial.iterdir()) == [".hydra", "trl"]  # before Hydra: nothing written at all
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "the run was stopped before its first save; it starts again from step 0" in resumed.stderr
+    summary = json.loads((partial / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["steps"] == STEPS
+    restart = summary["resumed_from"]
+    assert restart["checkpoint"] is None and restart["step"] == 0 and "restarted" in restart
+    assert restart["skipped_checkpoints"][0]["reason"].startswith("no trainer_state.json")
+    # the two steps logged before the kill were compared with the new run's (they differ: made-up numbers)
+    assert restart["compared_steps"] == 2 and restart["bit_identical"] is False
+    assert restart["first_difference"]["step"] == 1
+    assert [m["step"] for m in read_jsonl(partial / "metrics.jsonl")] == list(range(1, STEPS + 1))  # once each
+
 
 def test_truncate_after_drops_later_steps_and_a_torn_last_line_atomically(tmp_path: Path) -> None:
     path = tmp_path / "metrics.jsonl"
@@ -219,3 +229,29 @@ def test_resume_overrides_repeat_the_runs_command_with_resume_and_its_directory(
         "- algorithm.steps=12\n- run.resume=false\n- rewards=[{name:math_answer}]\n")
     assert resume_overrides(run_dir) == ["algorithm.steps=12", "rewards=[{name:math_answer}]", "run.resume=true",
                                          f"hydra.run.dir='{run_dir.resolve()}'"]
+
+
+@pytest.mark.train
+def test_a_resume_in_a_later_epoch_draws_the_prompts_the_uninterrupted_run_drew(isolated: Path) -> None:
+    """8 prompts, 4 a step: an epoch every 2 steps. Resumed from step 4 (the third epoch), the run trains on the
+    third epoch's order, not the first's again (TRL's sampler alone restarts its shuffle: the default recipe resumed
+    from checkpoint-300 used to diverge from step 301), and says so, measured."""
+    import shutil
+
+    short = ["algorithm.steps=6", "algorithm.prompts_per_step=4", "data.train_rows=8", "run.checkpoint_every=2",
+             "eval.every_steps=0", "logging.progress=false", "logging.plot=false", "logging.trajectories_every=1"]
+    whole = run_cli(*short, "hydra.run.dir=runs/whole", cwd=isolated)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    cut = isolated / "runs" / "cut"
+    shutil.copytree(isolated / "runs" / "whole", cut)
+    shutil.rmtree(cut / "trl" / "checkpoint-6")  # as if stopped after step 6 was logged, before its save
+    for name in ("summary.json", "outcome.json"):
+        (cut / name).unlink()
+    resumed = run_cli("resume", str(cut), cwd=isolated)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((cut / "summary.json").read_text())
+    assert summary["resumed_from"]["step"] == 4
+    assert summary["resumed_from"]["bit_identical"] is True and summary["resumed_from"]["compared_steps"] == 2
+    prompts = [[t["prompt"] for t in read_jsonl(d / "trajectories.jsonl") if t["step"] > 4] for d in
+               (isolated / "runs" / "whole", cut)]
+    assert prompts[0] == prompts[1]

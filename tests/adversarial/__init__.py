@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # One module per area; each owns its cases. Order is the order of the report table.
-AREAS = ("reward_faults", "sandbox_programs", "grader_tricks", "reward_server", "run_directory", "bad_inputs")
+AREAS = ("reward_faults", "sandbox_programs", "grader_tricks", "reward_server", "run_directory", "bad_inputs",
+         "model_text", "environment_faults")
 
 
 @dataclass(frozen=True)

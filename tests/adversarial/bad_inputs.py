@@ -116,6 +116,25 @@ def fixed(*args: str) -> Callable[[Path], list[str]]:
     return lambda tmp: list(args)
 
 
+def native_script(text: str) -> Callable[[Path], list[str]]:
+    def argv(tmp: Path) -> list[str]:
+        (tmp / "run.sh").write_text(text)
+        return ["import", "verl", str(tmp / "run.sh")]
+    return argv
+
+
+def bash_arithmetic_wraps(tmp: Path) -> None:
+    """``N=$((N*N*N))`` forty times: bash's arithmetic is 64-bit, so the import's is too (a Python integer of 3**40
+    digits would never finish)."""
+    (tmp / "run.sh").write_text("N=99999\n" + "N=$((N*N*N))\n" * 40
+                                + "python3 -m verl.trainer.main_ppo data.train_batch_size=$N\n")
+    status, _, stderr = cli(tmp, "import", "verl", str(tmp / "run.sh"))
+    assert status in (0, 2) and "Traceback" not in stderr, stderr[-1500:]
+    value = next(line for line in stderr.splitlines() if "data.train_batch_size = " in line)
+    number = int(value.split("=", 1)[1].split("(")[0].strip().strip("'"))
+    assert -2**63 <= number < 2**63, value
+
+
 def markup_is_text(tmp: Path) -> None:
     """Completions that look like terminal markup are shown as text, and scoring results are not lost."""
     path = tmp / "s.jsonl"
@@ -258,5 +277,35 @@ CASES = [
     Case("an unknown flag to compare", refused(fixed("compare", "--bogus", "x"), "--bogus")),
     Case("reward without a subcommand", refused(fixed("reward"), "unirl reward", "test")),
     Case("an unknown framework", refused(fixed("+framework=nope"), "unknown framework 'nope'")),
+    # -- values that used to fail only after the model loaded
+    Case("seed=-1", refused(fixed("seed=-1", *SMALL), "seed=-1", "[0, 4294967295]")),
+    Case("a seed past 32 bits", refused(fixed("seed=99999999999999999999999", *SMALL), "seed=", "[0, 4294967295]")),
+    Case("resources.nodes=2 on the local scheduler", refused(fixed("resources.nodes=2", *SMALL), "resources.nodes=2",
+                                                             "scheduler=slurm")),
+    Case("a reward kwarg its function does not take", refused(fixed(
+        "rewards=[{name:numeric_closeness,kwargs:{scal:3}}]", "eval.accuracy_reward=null", *SMALL),
+        "rewards[0].kwargs", "scale", "'scal'")),
+    Case("a TRL override of the wrong type", refused(fixed("+framework.overrides.learning_rate=abc", *SMALL),
+                                                     "framework.overrides.learning_rate='abc'", "a number")),
+    Case("fewer train rows than one step's prompts", refused(fixed("data.train_rows=7", "algorithm.steps=2"),
+                                                             "data.train_rows=7", "prompts_per_step=16")),
+    Case("an option of a tracker that is not enabled", refused(fixed(
+        "logging.trackers=[]", "logging.tracker_options.wandb.mode=bogus", *SMALL),
+        "logging.tracker_options.wandb.mode='bogus'", "offline")),
+    # -- unirl import: a native script is hostile input too
+    Case("import: a script whose variables double each line", refused(native_script(
+        "A=xxxxxxxxxxxxxxxx\n" + "A=$A$A$A$A\n" * 30 + "python3 -m verl.trainer.main_ppo trainer.total_epochs=$A\n"),
+        "expands to over 1,048,576 characters")),
+    Case("import: a script whose arithmetic squares a number each line", bash_arithmetic_wraps),
+    Case("import: a file that does not exist", refused(fixed("import", "verl", "missing.sh"), "missing.sh",
+                                                       "no such file")),
+    Case("import: an OpenRLHF file that does not exist", refused(fixed("import", "openrlhf", "missing.sh"),
+                                                                 "missing.sh", "no such file")),
+    Case("import: a TRL config that does not exist", refused(fixed("import", "trl", "nope.json"), "nope.json")),
+    Case("import: a 2 MB script", refused(lambda t: ((t / "big.sh").write_text("#" * (2 << 20)),
+                                                     ["import", "verl", str(t / "big.sh")])[1], "2,097,152 bytes")),
+    Case("import: a TRL config nested 100,000 deep", refused(lambda t: (
+        (t / "deep.json").write_text("[" * 100_000 + "]" * 100_000),
+        ["import", "trl", str(t / "deep.json")])[1], "deep.json")),
 ]
 

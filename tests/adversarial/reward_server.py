@@ -29,14 +29,15 @@ from tests.adversarial import Case
 from unirl.adapters import common
 from unirl.adapters.openrlhf_requests import RUN_DATA_FILES, RunRows
 from unirl.adapters.openrlhf_server import Limits, RewardServer, serve
-from unirl.rewards.row_origin import tag_reference
 from unirl.rewards.contract import Sample
 from unirl.rewards.executor import RewardExecutor
+from unirl.rewards.row_origin import tag_reference
 from unirl.rewards.spec import RewardEntry, RewardPolicy, RewardRuntimeSpec
 
 AREA = "reward server (hostile HTTP clients)"
 # Short timeouts so slow attacks end in about a second; a small cap so "more than the cap" stays cheap.
-LIMITS = Limits(max_connections=8, idle_timeout_s=1.0, request_timeout_s=1.5, max_body_bytes=1 << 20, max_batch=64)
+LIMITS = Limits(max_connections=8, max_waiting=16, idle_timeout_s=1.0, request_timeout_s=1.5, max_body_bytes=1 << 20,
+                max_batch=64)
 SECRET = "unirl-test-secret-0123456789abcdef"
 REPLY_TIMEOUT_S = 15.0  # a reply later than this is a hang (the slowest attack is answered after ~1.5 s)
 PROMPT = "What is 3+4? Answer: "
@@ -454,18 +455,18 @@ def _expect_continue_oversized(tmp: Path) -> None:
 
 
 def _idle_connections_over_the_cap(tmp: Path) -> None:
-    """3x the cap of connections that send nothing: the server holds at most the cap, closes each idle one after
-    its idle timeout, and a real request made meanwhile is answered (it waits in the backlog, not refused)."""
+    """3x the waiting cap of connections that send nothing: the server holds at most its caps, closes each idle one
+    (after its idle timeout, or shed for a newer one), and a real request made meanwhile is answered."""
     with running(tmp) as server:
-        idle = [Connection(server) for _ in range(3 * LIMITS.max_connections)]
+        idle = [Connection(server) for _ in range(3 * LIMITS.max_waiting)]
         try:
             assert_serves(server)
             assert all(c.closed_by_server() for c in idle), "an idle connection was never closed"
         finally:
             for c in idle:
                 c.close()
-        assert server.peak_connections <= LIMITS.max_connections, (
-            f"{server.peak_connections} connections held at once, over the cap {LIMITS.max_connections}")
+        cap = LIMITS.max_waiting + LIMITS.max_connections
+        assert server.peak_connections <= cap, f"{server.peak_connections} connections held at once, over {cap}"
         assert_serves(server)
 
 
@@ -490,38 +491,42 @@ def _slowloris_crowd(tmp: Path) -> None:
         assert_serves(server)
 
 
-SLOWLORIS_LIMITS = Limits(max_connections=8, idle_timeout_s=15.0, request_timeout_s=30.0, header_timeout_s=10.0,
-                          max_body_bytes=1 << 20, max_batch=64)
-"""The default deadlines (tens of seconds), over a small cap: what a slow client could hold a slot for."""
+SLOWLORIS_LIMITS = Limits(max_connections=8, max_waiting=32, idle_timeout_s=15.0, request_timeout_s=30.0,
+                          header_timeout_s=10.0, max_body_bytes=1 << 20, max_batch=64)
+"""The default deadlines (tens of seconds), over small caps: what a slow client could hold a slot for."""
 
 
-def _slowloris_at_default_deadlines(tmp: Path) -> None:
-    """3x the cap of clients that send a header byte every 2 s hold every slot far longer than a request takes,
-    under the default deadlines: the slowest are shed for a waiting connection, so a real request is answered in
-    seconds, not after a slow client's 30 s deadline."""
-    with running(tmp, limits=SLOWLORIS_LIMITS) as server:
-        data = request(GOOD)
-        stop = threading.Event()
-        conns = [Connection(server) for _ in range(3 * SLOWLORIS_LIMITS.max_connections)]
+def _slowloris(n: int) -> Callable[[Path], None]:
+    """``n`` clients that send a header byte every 2 s, under the default deadlines: a slow client never holds a
+    worker (it waits in the reception stage), and past ``max_waiting`` the one that waited longest is shed for a
+    new connection, so a real request is answered in seconds, not after a slow client's 30 s deadline."""
+    def check(tmp: Path) -> None:
+        with running(tmp, limits=SLOWLORIS_LIMITS) as server:
+            data = request(GOOD)
+            stop = threading.Event()
+            conns = [Connection(server) for _ in range(n)]
 
-        def drip(conn: Connection) -> None:
-            for i in range(len(data)):
-                if stop.wait(2.0) or not conn.send(data[i:i + 1]):
-                    return
+            def drip(conn: Connection) -> None:
+                for i in range(len(data)):
+                    if stop.wait(2.0) or not conn.send(data[i:i + 1]):
+                        return
 
-        try:
-            for c in conns:
-                threading.Thread(target=drip, args=(c,), daemon=True).start()
-            time.sleep(1.5)  # every slot is held by a slow client, the rest wait in the backlog
-            start = time.monotonic()
-            assert_serves(server)
-            waited = time.monotonic() - start
-        finally:
-            stop.set()
-            for c in conns:
-                c.close()
-        assert waited < SLOWLORIS_LIMITS.header_timeout_s / 2, f"the real request waited {waited:.1f} s"
-        assert server.shed > 0
+            try:
+                for c in conns:
+                    threading.Thread(target=drip, args=(c,), daemon=True).start()
+                time.sleep(1.5)  # every slow client is connected and has sent a byte
+                start = time.monotonic()
+                for _ in range(3):
+                    assert_serves(server)
+                waited = (time.monotonic() - start) / 3
+            finally:
+                stop.set()
+                for c in conns:
+                    c.close()
+            assert waited < 2.0, f"a real request waited {waited:.1f} s"
+            if n > SLOWLORIS_LIMITS.max_waiting:
+                assert server.shed > 0
+    return check
 
 
 def _run_rows(tmp: Path) -> tuple[RunRows, str]:
@@ -595,7 +600,8 @@ def _flood(tmp: Path) -> None:
                 assert reply.status == 200 and reply.json()["rewards"] == [expected_total()], reply
             else:
                 assert 400 <= reply.status < 500, reply
-        assert server.peak_connections <= LIMITS.max_connections
+        assert server.peak_busy <= LIMITS.max_connections
+        assert server.peak_connections <= LIMITS.max_connections + LIMITS.max_waiting
         assert_serves(server)
 
 
@@ -618,8 +624,8 @@ def _slow_attacks() -> list[Case]:
         Case("slowloris: headers trickled a byte every 0.2 s", _trickled_headers),
         Case("slowloris: body trickled a byte every 0.2 s", _slow_body),
         Case("slowloris: twice the cap of trickling connections", _slowloris_crowd),
-        Case("slowloris: 3x the cap at the default 10/30 s deadlines, a real request waits seconds",
-             _slowloris_at_default_deadlines),
+        Case("slowloris: 3x the worker cap at the default 10/30 s deadlines", _slowloris(24)),
+        Case("slowloris: 3x the waiting cap at the default 10/30 s deadlines (shed)", _slowloris(96)),
         Case("Content-Length lies high (claims 1000, sends 10, waits)", _lying_length_high),
         Case("TLS handshake bytes sent to the plain-HTTP port",
              refused(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(range(32)), (400, 408))),

@@ -1,8 +1,8 @@
 """The HTTP form of the OpenRLHF reward contract, for ``--reward.remote_url http://host:port/get_reward``.
 
     python -m unirl.adapters.openrlhf_server --spec reward_spec.json [--host 127.0.0.1] [--port 5000]
-        [--max-connections 256] [--max-body-bytes 8388608] [--max-batch 1024] [--idle-timeout 15]
-        [--request-timeout 30] [--backlog 1024] [--secret-file PATH]
+        [--max-connections 256] [--max-waiting 4096] [--max-body-bytes 8388608] [--max-batch 1024]
+        [--idle-timeout 15] [--header-timeout 10] [--request-timeout 30] [--backlog 1024] [--secret-file PATH]
 
 OpenRLHF POSTs ``{"query": [...], "prompts": [...], "labels": [...]}`` and reads ``rewards``, ``scores`` and
 ``extra_logs`` from the JSON answer (the shape of its own ``cli/serve_rm.py``). The server scores with the
@@ -19,9 +19,9 @@ server is shaped the way it is:
   which ``ps`` shows), and compared with :func:`hmac.compare_digest`.
 - any non-2xx answer or connection error is retried 5 times, 1 s apart, then swallowed into ``reward=None``
   (the run crashes later with an unrelated error). So a client over the connection cap is not refused: the
-  server stops accepting and the connection waits in a deep listen backlog (``--backlog``) within its 180 s,
-  while per-connection deadlines (idle keep-alive, headers, whole request) free the slots that slow or idle peers
-  hold, and with every slot taken the slowest of them is shed for a waiting connection (``Limits.shed_after_s``).
+  server takes it and lets it wait (:class:`RewardServer`'s reception stage) until a worker is free; per-connection
+  deadlines (idle keep-alive, headers, whole request) end what slow or idle peers hold, and with ``--max-waiting``
+  connections waiting, the one that waited longest is shed for a new one.
 - every malformed request gets a 4xx with a JSON ``{"error", "field"}`` and never reaches scoring
   (:mod:`unirl.adapters.openrlhf_requests`), so it is never counted by the reward error policy; nor is a
   well-formed request whose labels are not the run's own rows (a 422, :class:`RunRows`).
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import _thread
 import argparse
+import collections
 import contextlib
 import hmac
 import io
@@ -74,7 +75,11 @@ SECRET_RE = re.compile(r"[A-Za-z0-9._~-]{16,256}")
 CONTENT_LENGTH_RE = re.compile(r"[0-9]{1,15}")  # str.isdigit would take "٣"; int() would take "+5", " 5", "1_0"
 LINGER_S = 1.0  # after an error reply, how long the client may go on sending what we did not read
 POLL_S = 0.25  # the accept loop looks at shutdown() this often
-SHED_POLL_S = 0.01  # with every slot busy, how often the accept loop looks for a waiting connection
+KEEPALIVE_WAIT_S = 0.05  # how long a worker waits for a kept-alive client's next request before handing it back
+STOP_GRACE_S = 5.0  # after a stop, how long the requests being scored have to be answered
+SHED_AFTER_S = 1.0  # a waiting connection this old may be closed for a new one (see RewardServer._can_accept)
+EXPIRY_S = 0.1  # how often the reception stage looks at the waiting connections' deadlines
+MAX_HEAD_BYTES = 65536 + 100 * 8192  # a request line and headers as http.server takes them (its 100 x 64 kB)
 THREAD_IDLE_S = 30.0  # a connection thread with no connection for this long ends
 
 
@@ -83,7 +88,10 @@ class Limits:
     """What one client may hold or send; every wait has a deadline."""
 
     max_connections: int = 256
-    """Connections served at once; more wait in the listen backlog (not refused: see the module docstring)."""
+    """Requests answered at once (worker threads); whole requests beyond it wait in the reception stage."""
+    max_waiting: int = 4096
+    """Connections waiting for (the rest of) their request; with this many, the one that waited longest is closed
+    for a new one (capped at half the process's file limit, less ``max_connections``)."""
     backlog: int = 1024
     """The listen queue (the kernel caps it at net.core.somaxconn)."""
     max_body_bytes: int = 8 << 20
@@ -96,15 +104,11 @@ class Limits:
     """From a request's first byte to its whole body, and for writing the answer: a trickled request is a 408."""
     header_timeout_s: float = 10.0
     """From a request's first byte to the end of its headers (a client sends them in one go): else a 408."""
-    shed_after_s: float = 1.0
-    """When every slot is taken and a new connection waits, the connection that has waited longest for a request
-    head (idle, or still sending headers) is closed to make room, once it has held its slot this long: slow and idle
-    clients cannot keep a real request out (fair shedding)."""
 
     def problems(self) -> list[str]:
         found = [f"{name} must be positive, not {getattr(self, name)!r}" for name in
-                 ("max_connections", "backlog", "max_body_bytes", "max_batch", "idle_timeout_s", "request_timeout_s",
-                  "header_timeout_s", "shed_after_s")
+                 ("max_connections", "max_waiting", "backlog", "max_body_bytes", "max_batch", "idle_timeout_s",
+                  "request_timeout_s", "header_timeout_s")
                  if not getattr(self, name) > 0]
         return found
 
@@ -128,57 +132,48 @@ def load_secret(env: dict[str, str] | None = None, secret_file: str | None = Non
     return secret
 
 
-class ShedConnection(Exception):
-    """The server closed this connection's reading side to make room for a waiting one (fair shedding)."""
+class _RequestReader:
+    """A request's bytes for the handler: first what the reception stage already read (``prefix``), then the
+    socket, every recv bounded by the request's deadline (a client trickling a byte a second cannot hold a worker).
+    It consumes exactly what the handler asks for, so what is left after a request (a pipelined next one) goes back
+    to the reception stage with the connection."""
 
-
-class _DeadlineReader(io.RawIOBase):
-    """The socket as a raw stream whose every recv is bounded by one deadline per request.
-
-    A plain socket timeout bounds each recv, so a client trickling one byte a second would hold a connection
-    forever (slowloris). Here a connection first gets ``idle_s`` for the first byte of its next request, and
-    from that byte ``request_s`` for the whole request line, headers and body."""
-
-    def __init__(self, sock: socket.socket, idle_s: float, request_s: float, head_s: float,
-                 on_first_byte: Any = None, is_shed: Any = None) -> None:
-        super().__init__()
+    def __init__(self, sock: socket.socket, prefix: bytes, deadline: float) -> None:
         self.sock = sock
-        self.is_shed = is_shed
-        self.idle_s = idle_s
-        self.request_s = request_s
-        self.head_s = head_s
-        self.on_first_byte = on_first_byte
-        self.deadline = 0.0
-        self.first_byte = 0.0
-        self.received = False
-        self.next_request()
+        self.buffer = bytearray(prefix)
+        self.deadline = deadline
 
-    def next_request(self) -> None:
-        self.deadline = time.monotonic() + self.idle_s
-        self.received = False
-
-    def head_read(self) -> None:
-        """The headers are in: the body has what is left of the request's whole deadline."""
-        self.deadline = self.first_byte + self.request_s
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
+    def _fill(self) -> bool:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("the request deadline passed")
         self.sock.settimeout(remaining)
-        n = self.sock.recv_into(buffer)
-        if not n and self.is_shed is not None and self.is_shed():
-            raise ShedConnection
-        if n and not self.received:
-            self.received = True
-            self.first_byte = time.monotonic()
-            self.deadline = self.first_byte + min(self.head_s, self.request_s)
-            if self.on_first_byte is not None:
-                self.on_first_byte()
-        return n
+        chunk = self.sock.recv(65536)
+        self.buffer += chunk
+        return bool(chunk)
+
+    def _take(self, n: int) -> bytes:
+        out = bytes(self.buffer[:n])
+        del self.buffer[:n]
+        return out
+
+    def readline(self, limit: int = -1) -> bytes:
+        while True:
+            end = self.buffer.find(b"\n")
+            if end >= 0 and (limit < 0 or end < limit):
+                return self._take(end + 1)
+            if 0 <= limit <= len(self.buffer):
+                return self._take(limit)
+            if not self._fill():
+                return self._take(len(self.buffer))  # the peer closed: what it sent
+
+    def read(self, n: int = -1) -> bytes:
+        while len(self.buffer) < n and self._fill():
+            pass
+        return self._take(n if n >= 0 else len(self.buffer))
+
+    def leftover(self) -> bytes:
+        return bytes(self.buffer)
 
 
 class _SocketWriter(io.RawIOBase):
@@ -206,27 +201,33 @@ class RewardHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive for clients that reuse connections (OpenRLHF does not)
     default_request_version = "HTTP/1.0"  # so an error before the version is known still has a status line
     server: RewardServer  # type: ignore[assignment]  # ours, not a socketserver.BaseServer
-    rfile: io.BufferedReader
+    rfile: _RequestReader  # type: ignore[assignment]  # readline and read, as http.server uses them
     wfile: Any
+
+    def __init__(self, conn: socket.socket, address: Any, server: RewardServer, prefix: bytes,
+                 first_byte: float) -> None:
+        self.prefix, self.first_byte = prefix, first_byte
+        super().__init__(conn, address, server)  # type: ignore[arg-type]  # runs setup, handle, finish
 
     def setup(self) -> None:
         self.connection = self.request
         limits = self.server.limits
         with contextlib.suppress(OSError):  # small answers: do not wait for Nagle
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = _DeadlineReader(self.connection, limits.idle_timeout_s, limits.request_timeout_s,
-                                      limits.header_timeout_s,
-                                      lambda: self.server.phase(self.connection, "head"),
-                                      lambda: self.server.is_shed(self.connection))
-        self.rfile = io.BufferedReader(self.reader, 65536)
+        self.reader = _RequestReader(self.connection, self.prefix, self.first_byte + limits.request_timeout_s)
+        self.rfile = self.reader
         self.wfile = _SocketWriter(self.connection, limits.request_timeout_s)
         self.linger = False  # set when we answer before reading everything the client sent
         self._head_error: RequestError | None = None
         self._head_checked = False
         self._replying = False
 
+    def handle(self) -> None:
+        """One request: the connection then goes back to the reception stage (keep-alive) or is closed."""
+        self.handle_one_request()
+
     def finish(self) -> None:
-        pass  # the server closes the socket (with a linger after errors): see RewardServer._connection
+        pass  # the server closes the socket (with a linger after errors), or takes it back: RewardServer._connection
 
     def handle_one_request(self) -> None:
         # http.server's version, reworked so that every request gets an answer: a timeout mid-request is a 408
@@ -234,9 +235,6 @@ class RewardHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self.raw_requestline = b""
         self.command, self.request_version, self.requestline = "", self.default_request_version, ""
-        self._head_error, self._head_checked, self._replying = None, False, False  # per request, not per connection
-        self.reader.next_request()
-        self.server.phase(self.connection, "idle")
         try:
             line = self.rfile.readline(65537)
             for _ in range(4):  # RFC 9112 2.2: ignore empty lines before a request line
@@ -257,35 +255,16 @@ class RewardHandler(BaseHTTPRequestHandler):
                 if not line.endswith(b"\n"):  # the peer closed mid-line
                     self.send_error(HTTPStatus.BAD_REQUEST, "the request line ended without a line break")
                 return  # parse_request answered (400, 431, 505) or the Expect check refused
-            self.reader.head_read()
-            self.server.phase(self.connection, "body")  # a whole head arrived: no longer shed for being slow
             self._serve()
         except TimeoutError:
-            # A request started and not yet answered (else: the answer's own write timed out; nothing to add).
-            if (self.reader.received or self.raw_requestline) and not self._replying:
+            # The request started (the reception stage saw its first byte) and was not answered in time (else: the
+            # answer's own write timed out; nothing to add).
+            if not self._replying:
                 self.linger = True
                 self.server.count(408)
                 with contextlib.suppress(OSError):
-                    limits = self.server.limits
-                    self._reply(HTTPStatus.REQUEST_TIMEOUT, {
-                        "error": f"the request did not arrive in time: its headers within "
-                                 f"{limits.header_timeout_s:g} s, the whole request within "
-                                 f"{limits.request_timeout_s:g} s of its first byte", "field": None}, close=True)
-            # else: an idle connection, closed silently. An unasked-for 408 on it could be read by a client as the
-            # answer to the request it is just sending.
+                    self._reply(HTTPStatus.REQUEST_TIMEOUT, timeout_payload(self.server.limits), close=True)
             self.close_connection = True
-        except ShedConnection:
-            # Closed to make room while this client was idle or still sending its head (slow). A request that had
-            # started is told so; an idle connection is closed silently, as above.
-            self.close_connection = True
-            if self.reader.received and not self._replying:
-                self.linger = True
-                self.server.count(503)
-                with contextlib.suppress(OSError):
-                    self._reply(HTTPStatus.SERVICE_UNAVAILABLE, {
-                        "error": "every connection slot was taken and this request's headers were still arriving "
-                                 f"after {self.server.limits.shed_after_s:g} s: retry", "field": None},
-                                close=True, headers={"Retry-After": "1"})
         except OSError:  # the peer reset or went away; nobody is left to answer
             self.close_connection = True
 
@@ -447,13 +426,86 @@ def _bearer_matches(header: str | None, secret: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("latin-1"), secret.encode())
 
 
-class RewardServer:
-    """The listening socket, its accept loop and a thread per open connection, at most ``max_connections``.
+@dataclass
+class _Waiting:
+    """A connection in the reception stage: what it has sent of its next request, and since when."""
 
-    Not ``socketserver.ThreadingTCPServer``: that accepts every connection at once (a new thread each, no cap) and
-    uses a listen backlog of 5, so bursts of new connections were dropped by the kernel and retried a second
-    later. Here the loop takes a connection only when a slot is free (the rest wait in the backlog), and a thread
-    whose connection closed waits for the next one instead of ending."""
+    conn: socket.socket
+    address: Any
+    since: float
+    """When it was accepted, or came back from a worker (its idle deadline counts from here)."""
+    buffer: bytearray
+    first_byte: float | None = None
+    draining_until: float | None = None
+    """Set once it is being closed after an early answer: read and dropped until then (see :func:`_close`)."""
+    head_end: int | None = None
+    """Where its head ends in ``buffer`` (None: not yet)."""
+    scanned: int = 0
+    """How much of ``buffer`` has been searched for the head's end: each byte is looked at once."""
+    needed: int | None = None
+    """The whole request's length once its head says so (None: hand it over when its head is in)."""
+
+    def complete(self, limits: Limits) -> bool:
+        """Whether a worker can take it: its whole request (the head, and the body its Content-Length announces when
+        the handler will read it), or a head whose answer the head alone decides (no or several Content-Length,
+        chunked, Expect, too large a body), or more bytes than any head may have. Incremental: a client trickling
+        its head a byte at a time costs linear time, not quadratic."""
+        if self.head_end is None:
+            start = len(self.buffer) - len(self.buffer.lstrip(b"\r\n"))
+            if start > 8:  # more empty lines than a request may start with: the handler answers 400
+                return True
+            found = HEAD_END.search(self.buffer, max(start, self.scanned - 3))
+            self.scanned = len(self.buffer)
+            if found is None:
+                return len(self.buffer) - start > MAX_HEAD_BYTES  # the handler answers 414/431
+            self.head_end = found.end()
+            self.needed = body_end(bytes(self.buffer[start:found.start()]), found.end(), limits)
+        return self.needed is None or len(self.buffer) >= self.needed
+
+
+HEAD_END = re.compile(rb"\r?\n\r?\n")
+
+
+def body_end(head: bytes, head_end: int, limits: Limits) -> int | None:
+    """Where a request whose head is ``head`` ends, when its body is one the handler will read (one Content-Length
+    of at most ``max_body_bytes``, no Transfer-Encoding, no Expect); else None."""
+    lower = head.lower()
+    if b"\ntransfer-encoding:" in lower or b"\nexpect:" in lower:
+        return None
+    lengths = [line.split(b":", 1)[1].strip() for line in lower.split(b"\n") if line.startswith(b"content-length:")]
+    if len(lengths) != 1 or not CONTENT_LENGTH_RE.fullmatch(lengths[0].decode("latin-1")):
+        return None
+    length = int(lengths[0])
+    return None if length > limits.max_body_bytes else head_end + length
+
+
+def timeout_payload(limits: Limits) -> dict[str, Any]:
+    return {"error": f"the request did not arrive in time: its headers within {limits.header_timeout_s:g} s, the "
+                     f"whole request within {limits.request_timeout_s:g} s of its first byte", "field": None}
+
+
+def _raw_reply(status: HTTPStatus, payload: dict[str, Any], extra: str = "") -> bytes:
+    body = json.dumps(payload).encode()
+    return (f"HTTP/1.1 {status.value} {status.phrase}\r\nServer: {RewardHandler.server_version}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+            ).encode("latin-1") + body
+
+
+class RewardServer:
+    """A reception stage in one thread, and worker threads that answer whole requests, at most ``max_connections``
+    at once.
+
+    The reception stage accepts every connection (up to ``max_waiting``, far below the process's file limit), reads
+    what each sends without blocking, and hands a connection to a worker only once its whole request has arrived
+    (or its head alone decides the answer). So clients that are slow or idle hold a few bytes of buffer, never a
+    worker: a slowloris crowd cannot keep a real request out. Each waiting connection has deadlines (the first byte
+    of its request within ``idle_timeout_s``, its headers within ``header_timeout_s`` of that, the whole request
+    within ``request_timeout_s``: else a 408, or closed silently when it sent nothing), and when ``max_waiting`` are
+    waiting, the one that has waited longest is closed for a new one (fair shedding: a 503 when it had started a
+    request). After an answer a keep-alive connection comes back to the reception stage.
+
+    Not ``socketserver.ThreadingTCPServer``: that starts a thread per connection at once, with no cap, and listens
+    with a backlog of 5."""
 
     def __init__(self, host: str, port: int, limits: Limits | None = None, secret: str | None = None,
                  run_rows: RunRows | None = None) -> None:
@@ -466,26 +518,39 @@ class RewardServer:
         if secret is not None and not SECRET_RE.fullmatch(secret):
             raise ValueError("a secret must be 16-256 characters of A-Z a-z 0-9 . _ ~ -")
         self.secret = secret
-        # A slot is a file descriptor: stay well under the process's limit so that the rewards' workers, the
-        # trajectory log and the backend keep theirs (1,021 idle connections used to exhaust a 1,024 limit).
+        # Every connection is a file descriptor: stay well under the process's limit so that the rewards' workers,
+        # the trajectory log and the backend keep theirs (1,021 idle connections used to exhaust a 1,024 limit).
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        cap = self.limits.max_connections
-        self.max_connections = min(cap, max(1, soft // 2)) if soft != resource.RLIM_INFINITY else cap
+        room = max(2, soft // 2) if soft != resource.RLIM_INFINITY else 1 << 16
+        self.max_connections = min(self.limits.max_connections, room)
+        """Requests answered at once (worker threads)."""
+        self.max_waiting = max(1, min(self.limits.max_waiting, room - self.max_connections))
+        """Connections waiting for (the rest of) their request in the reception stage."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.socket = socket.create_server((host, port), family=family, backlog=self.limits.backlog)
         self.socket.setblocking(False)
         self.server_address: tuple[Any, ...] = self.socket.getsockname()
         self._slots = threading.BoundedSemaphore(self.max_connections)
         self._lock = threading.Lock()
-        self._live: dict[socket.socket, tuple[str, float]] = {}
-        """Open connections: what each is doing (idle, head, body) and since when."""
+        self._waiting: dict[socket.socket, _Waiting] = {}  # the reception thread's own
+        self._ready: collections.deque[_Waiting] = collections.deque()  # whole requests waiting for a worker
+        self._busy: set[socket.socket] = set()  # connections a worker holds
+        self._returned: queue.SimpleQueue[tuple[socket.socket, Any, bytes]] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         self.shed = 0
-        """Connections closed to make room for a waiting one (see ``Limits.shed_after_s``)."""
-        self._handoff: queue.SimpleQueue[tuple[socket.socket, Any] | None] = queue.SimpleQueue()
+        """Waiting connections closed to make room for a new one."""
+        self._next_expiry = 0.0
+        self._listener_closed = False
+        self._handoff: queue.SimpleQueue[tuple[socket.socket, Any, bytes, float] | None] = queue.SimpleQueue()
         self._idle_threads = 0
         self._threads = 0
         self._closed = False
         self.peak_connections = 0
+        """The most connections open at once: waiting in the reception stage or held by a worker."""
+        self.peak_busy = 0
+        """The most requests answered at once (at most ``max_connections``)."""
         self.counts: dict[int, int] = {}
         """Answers by HTTP status since start (200 = scored)."""
         self.stopped_because: str | None = None
@@ -494,67 +559,218 @@ class RewardServer:
         self._done = threading.Event()
         self._done.set()
 
-    # -- lifecycle ------------------------------------------------------------------------------------------------
+    # -- the reception stage --------------------------------------------------------------------------------------
     def serve_forever(self) -> None:
         self._done.clear()
         self._serving.set()
         try:
             with selectors.DefaultSelector() as selector:
-                selector.register(self.socket, selectors.EVENT_READ)
+                selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+                listening = False
                 while not self._stop.is_set():
-                    if not self._slots.acquire(timeout=SHED_POLL_S):
-                        # every slot busy: new connections wait in the backlog, unless a slow one makes room
-                        if selector.select(0):
-                            self._shed_one()
-                        continue
-                    if not self._accept_one(selector):
-                        self._slots.release()
+                    if self.stopped_because is not None and not self._listener_closed:
+                        if listening:
+                            selector.unregister(self.socket)
+                            listening = False
+                        with contextlib.suppress(OSError):
+                            self.socket.close()  # queued connections are refused now, not left waiting
+                        self._listener_closed = True
+                    elif not self._listener_closed and listening != self._can_accept():
+                        # at the waiting cap with nobody to shed: new connections wait in the kernel's backlog
+                        if listening:
+                            selector.unregister(self.socket)
+                        else:
+                            selector.register(self.socket, selectors.EVENT_READ, "listen")
+                        listening = not listening
+                    for key, _ in selector.select(self._next_deadline()):
+                        if key.data == "listen":
+                            self._accept(selector)
+                        elif key.data == "wake":
+                            with contextlib.suppress(OSError):
+                                while self._wake_r.recv(4096):
+                                    pass
+                        else:
+                            self._receive(selector, key.data)
+                    self._take_back(selector)
+                    self._expire(selector)
+                    self._dispatch()
+                for waiting in list(self._waiting.values()):
+                    self._forget(selector, waiting)
+                    waiting.conn.close()
         finally:
             self._serving.clear()
             self._done.set()
 
-    def _accept_one(self, selector: selectors.BaseSelector) -> bool:
-        """Wait for one connection and hand it (and the held slot) to a thread; False: the slot is still ours."""
-        while not self._stop.is_set():
-            if not selector.select(POLL_S):
-                continue
+    def _next_deadline(self) -> float:
+        return POLL_S if self._waiting or self._ready else POLL_S * 4
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        for _ in range(256):  # a burst at a time, then the rest of the loop runs
             try:
                 conn, address = self.socket.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-                continue  # another wake-up took it, or the peer gave up before we accepted
+                return
             except OSError as exc:  # EMFILE/ENFILE: the connection stays queued; do not spin on it
                 log.warning("accept failed (%s); retrying", exc)
                 time.sleep(POLL_S)
-                continue
-            self._handoff.put((conn, address))
-            with self._lock:
-                spawn = self._idle_threads == 0  # else an idle thread takes it (and is no longer idle)
-                if spawn:
-                    self._threads += 1
-                else:
-                    self._idle_threads -= 1
-            if spawn:
-                try:
-                    # _thread, not threading.Thread: Thread.start() waits until the new thread holds the GIL, which
-                    # under load (128 busy connections) stalled this loop for each new connection of a burst.
-                    _thread.start_new_thread(self._worker, ())
-                except RuntimeError as exc:  # no thread left: it waits for a busy thread to come back for it
-                    with self._lock:
-                        self._threads -= 1
-                    log.warning("cannot start a thread (%s)", exc)
-            return True
-        return False
+                return
+            if len(self._waiting) >= self.max_waiting:
+                self._shed_oldest(selector)
+            self._watch(selector, conn, address, b"")
+            if not self._can_accept():
+                return
 
+    def _can_accept(self) -> bool:
+        """Room for one more waiting connection: under the cap, or one waiting long enough to be shed for it. A
+        connection younger than SHED_AFTER_S is not shed (a burst of real clients sends its requests at once), so
+        at the cap with none older, new connections wait in the backlog instead."""
+        if len(self._waiting) < self.max_waiting:
+            return True
+        oldest = next((w for w in self._waiting.values() if w.draining_until is None), None)
+        return oldest is None or time.monotonic() - oldest.since >= SHED_AFTER_S
+
+    def _watch(self, selector: selectors.BaseSelector, conn: socket.socket, address: Any, buffer: bytes) -> None:
+        now = time.monotonic()
+        conn.setblocking(False)
+        waiting = _Waiting(conn, address, now, bytearray(buffer), now if buffer else None)
+        self._waiting[conn] = waiting
+        with self._lock:
+            self.peak_connections = max(self.peak_connections, len(self._waiting) + len(self._busy))
+        if buffer and waiting.complete(self.limits):
+            self._ready.append(waiting)
+            self._waiting.pop(conn)
+            return
+        selector.register(conn, selectors.EVENT_READ, waiting)
+
+    def _forget(self, selector: selectors.BaseSelector, waiting: _Waiting) -> None:
+        self._waiting.pop(waiting.conn, None)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            selector.unregister(waiting.conn)
+
+    def _receive(self, selector: selectors.BaseSelector, waiting: _Waiting) -> None:
+        try:
+            chunk = waiting.conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk and waiting.buffer.strip() and waiting.draining_until is None:
+            # the peer shut its side mid-request: a worker answers what arrived (a 400), which it can still read
+            self._forget(selector, waiting)
+            self._ready.append(waiting)
+            return
+        if not chunk or waiting.draining_until is not None:
+            if not chunk:  # the peer closed (or, draining, finished sending): nothing to answer
+                self._forget(selector, waiting)
+                waiting.conn.close()
+            return
+        waiting.buffer += chunk
+        if waiting.first_byte is None:
+            waiting.first_byte = time.monotonic()
+        if waiting.complete(self.limits):
+            self._forget(selector, waiting)
+            self._ready.append(waiting)
+
+    def _expire(self, selector: selectors.BaseSelector) -> None:
+        now, limits = time.monotonic(), self.limits
+        if now < self._next_expiry:  # deadlines are coarse: a pass over every waiting connection ten times a second
+            return
+        self._next_expiry = now + EXPIRY_S
+        for waiting in list(self._waiting.values()):
+            if waiting.draining_until is not None:
+                if now >= waiting.draining_until:
+                    self._forget(selector, waiting)
+                    waiting.conn.close()
+            elif waiting.first_byte is None:
+                if now - waiting.since >= limits.idle_timeout_s:  # nothing asked: closed without an answer, which
+                    self._forget(selector, waiting)  # a client could misread as the answer to what it is sending
+                    waiting.conn.close()
+            elif now - waiting.first_byte >= (limits.request_timeout_s if waiting.head_end is not None
+                                              else min(limits.header_timeout_s, limits.request_timeout_s)):
+                self.count(408)
+                self._answer_and_close(selector, waiting, HTTPStatus.REQUEST_TIMEOUT, timeout_payload(limits))
+
+    def _shed_oldest(self, selector: selectors.BaseSelector) -> None:
+        """Make room for a new connection: close the one that has waited longest for its request (the first in
+        ``_waiting``, which holds connections in the order they started waiting)."""
+        oldest = next((w for w in self._waiting.values() if w.draining_until is None), None)
+        if oldest is None:  # every one is already being closed: the oldest goes now
+            oldest = next(iter(self._waiting.values()))
+            self._forget(selector, oldest)
+            oldest.conn.close()
+            return
+        self.shed += 1
+        if oldest.first_byte is None:
+            self._forget(selector, oldest)
+            oldest.conn.close()
+            return
+        self.count(503)
+        self._answer_and_close(selector, oldest, HTTPStatus.SERVICE_UNAVAILABLE, {
+            "error": f"{self.max_waiting} connections were waiting for their requests and this one had waited "
+                     "longest: retry", "field": None}, "Retry-After: 1\r\n")
+        self._forget(selector, oldest)  # a shed connection's drain does not hold a place either
+        oldest.conn.close()
+
+    def _answer_and_close(self, selector: selectors.BaseSelector, waiting: _Waiting, status: HTTPStatus,
+                          payload: dict[str, Any], extra: str = "") -> None:
+        """An answer decided in the reception stage (small: one send without blocking), then a short drain of what
+        the client still sends, so that its close does not reset the connection before the answer is read."""
+        with contextlib.suppress(OSError):
+            waiting.conn.send(_raw_reply(status, payload, extra))
+            waiting.conn.shutdown(socket.SHUT_WR)
+        waiting.draining_until = time.monotonic() + LINGER_S
+
+    def _take_back(self, selector: selectors.BaseSelector) -> None:
+        """Keep-alive connections the workers are done with: they wait for their next request here."""
+        while True:
+            try:
+                conn, address, leftover = self._returned.get_nowait()
+            except queue.Empty:
+                return
+            if self._stop.is_set():
+                conn.close()
+                continue
+            self._watch(selector, conn, address, leftover)
+
+    def _dispatch(self) -> None:
+        while self._ready and self._slots.acquire(blocking=False):
+            waiting = self._ready.popleft()
+            with self._lock:
+                self._busy.add(waiting.conn)
+                self.peak_busy = max(self.peak_busy, len(self._busy))
+            self._hand_to_worker(waiting)
+
+    def _hand_to_worker(self, waiting: _Waiting) -> None:
+        waiting.conn.setblocking(True)
+        self._handoff.put((waiting.conn, waiting.address, bytes(waiting.buffer),
+                           waiting.first_byte or time.monotonic()))
+        with self._lock:
+            spawn = self._idle_threads == 0  # else an idle thread takes it (and is no longer idle)
+            if spawn:
+                self._threads += 1
+            else:
+                self._idle_threads -= 1
+        if spawn:
+            try:
+                # _thread, not threading.Thread: Thread.start() waits until the new thread holds the GIL, which
+                # under load stalled this loop for each new connection of a burst.
+                _thread.start_new_thread(self._worker, ())
+            except RuntimeError as exc:  # no thread left: it waits for a busy thread to come back for it
+                with self._lock:
+                    self._threads -= 1
+                log.warning("cannot start a thread (%s)", exc)
+
+    # -- the workers ----------------------------------------------------------------------------------------------
     def _worker(self) -> None:
-        # A thread per open connection, kept for the next one (starting threads under load cost more than the
-        # requests); it ends after THREAD_IDLE_S without a connection, or when the server is closed.
+        # Threads are kept for the next request (starting threads under load cost more than the requests); one
+        # ends after THREAD_IDLE_S without work, or when the server is closed.
         try:
             while True:
                 try:
                     item = self._handoff.get(timeout=THREAD_IDLE_S)
                 except queue.Empty:
                     with self._lock:
-                        leave = self._idle_threads > 0 or self._closed  # else a connection is promised to us
+                        leave = self._idle_threads > 0 or self._closed  # else a request is promised to us
                         if leave and not self._closed:
                             self._idle_threads -= 1
                     if leave:
@@ -569,52 +785,62 @@ class RewardServer:
             with self._lock:
                 self._threads -= 1
 
-    def _connection(self, conn: socket.socket, address: Any) -> None:
-        with self._lock:
-            if self._closed:  # accepted, then the server was closed before a thread took it
-                conn.close()
-                self._slots.release()
-                return
-            self._live[conn] = ("idle", time.monotonic())
-            self.peak_connections = max(self.peak_connections, len(self._live))
+    def _connection(self, conn: socket.socket, address: Any, prefix: bytes, first_byte: float) -> None:
         handler: RewardHandler | None = None
+        keep = False
+        leftover = b""
         try:
-            handler = RewardHandler(conn, address, self)  # type: ignore[arg-type]  # runs setup, handle, finish
+            while not self._closed:
+                handler = RewardHandler(conn, address, self, prefix, first_byte)
+                keep = not handler.close_connection and not self._stop.is_set()
+                leftover = handler.reader.leftover()
+                if not keep:
+                    break
+                # A keep-alive client usually sends its next request as soon as it has the answer: wait a moment
+                # for it here, which spares two hand-overs; a client that does not goes back to the reception stage.
+                state, received = self._next_request_soon(conn, leftover)
+                if state != "request":
+                    keep, leftover = state == "partial", received
+                    break
+                prefix, first_byte, leftover = received, time.monotonic(), b""
+        except OSError:  # the peer went away while its next request was awaited
+            keep = False
         except Exception:  # a defect; the connection is all it may cost
             log.error("connection failed:\n%s", traceback.format_exc())
+            keep = False
         finally:
-            linger = handler is None or handler.linger
             with self._lock:
-                self._live.pop(conn, None)
-            _close(conn, linger, self.limits.max_body_bytes + 65536)
+                self._busy.discard(conn)
+            if keep and handler is not None:
+                self._returned.put((conn, address, leftover))
+                with contextlib.suppress(OSError):
+                    self._wake_w.send(b"x")
+            else:
+                _close(conn, handler is None or handler.linger, self.limits.max_body_bytes + 65536)
             self._slots.release()
+            with contextlib.suppress(OSError):
+                self._wake_w.send(b"x")  # a slot is free: the reception stage may dispatch the next request
 
-    def phase(self, conn: socket.socket, phase: str) -> None:
-        """What an open connection is doing now: ``idle`` (waiting for a request), ``head`` (its first byte came,
-        its headers not yet), ``body`` (a whole head came: reading, scoring, answering)."""
-        with self._lock:
-            if conn in self._live:
-                self._live[conn] = (phase, time.monotonic())
-
-    def _shed_one(self) -> None:
-        """Close the connection that has waited longest for a request head, if it has waited ``shed_after_s``:
-        a connection is waiting in the backlog and every slot is held. A request whose head has arrived is never
-        shed: only clients that are idle or slow lose their slot, and they lose it first to the oldest."""
-        now = time.monotonic()
-        with self._lock:
-            waiting = [(since, conn) for conn, (phase, since) in self._live.items()
-                       if phase in ("idle", "head") and now - since >= self.limits.shed_after_s]
-            if not waiting:
-                return
-            _, conn = min(waiting, key=lambda item: item[0])
-            self._live[conn] = ("shed", now)  # not picked twice while its thread winds down
-            self.shed += 1
-        with contextlib.suppress(OSError):
-            conn.shutdown(socket.SHUT_RD)  # its thread's read ends (ShedConnection); it answers and closes
-
-    def is_shed(self, conn: socket.socket) -> bool:
-        with self._lock:
-            return self._live.get(conn, ("", 0.0))[0] == "shed"
+    def _next_request_soon(self, conn: socket.socket, leftover: bytes) -> tuple[str, bytes]:
+        """A kept-alive connection's next request, waited for up to KEEPALIVE_WAIT_S (``leftover``: what the last
+        request left unread): ``("request", bytes)`` when a whole one came (or the client shut its side after part
+        of one: a worker answers it), ``("partial", bytes)`` when the wait ended first (the reception stage takes
+        the connection with those bytes), ``("closed", b"")`` when the client closed it."""
+        waiting = _Waiting(conn, None, 0.0, bytearray(leftover))
+        deadline = time.monotonic() + KEEPALIVE_WAIT_S
+        while not waiting.complete(self.limits):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._ready:  # others wait for a worker: do not hold this one for a maybe
+                return "partial", bytes(waiting.buffer)
+            conn.settimeout(remaining)
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                return "partial", bytes(waiting.buffer)
+            if not chunk:
+                return ("request", bytes(waiting.buffer)) if waiting.buffer.strip() else ("closed", b"")
+            waiting.buffer += chunk
+        return "request", bytes(waiting.buffer)
 
     def count(self, status: int) -> None:
         with self._lock:
@@ -623,51 +849,61 @@ class RewardServer:
     @property
     def connections(self) -> int:
         with self._lock:
-            return len(self._live)
+            return len(self._busy) + len(self._waiting) + len(self._ready)
 
+    # -- lifecycle ------------------------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
-        """The run is over (policy abort, failed runtime): answer nothing new, stop listening; requests already
-        being scored finish and are answered."""
+        """The run is over (policy abort, failed runtime): stop listening, answer 503 on the connections still open,
+        and end the reception stage once the requests being scored are answered (a grace of a few seconds)."""
         with self._lock:
             if self.stopped_because is None:
                 self.stopped_because = reason
         log.warning("shutting down: %s", reason)
-        self._stop.set()
-        threading.Thread(target=self._close_listener, daemon=True).start()
-
-    def _close_listener(self) -> None:
-        self._done.wait(timeout=10)
         with contextlib.suppress(OSError):
-            self.socket.close()  # queued connections are refused now, not left waiting
+            self._wake_w.send(b"x")
+        threading.Thread(target=self._wind_down, daemon=True).start()
+
+    def _wind_down(self) -> None:
+        self.wait_idle(STOP_GRACE_S)
+        time.sleep(LINGER_S)  # what a kept-alive client sends right after the abort still gets its 503
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
 
     def shutdown(self) -> None:
-        """Stop the accept loop and wait for it (like socketserver's); connections already open keep going."""
+        """Stop the reception stage and wait for it (like socketserver's); requests being answered go on."""
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
         if self._serving.is_set():
             self._done.wait()
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until no connection is open (requests finish); False when some were still open at the timeout."""
+        """Wait until no request is being answered; False when some still were at the timeout."""
         deadline = time.monotonic() + timeout_s
-        while self.connections and time.monotonic() < deadline:
+        while self._busy and time.monotonic() < deadline:
             time.sleep(0.05)
-        return not self.connections
+        return not self._busy
 
     def server_close(self) -> None:
         """Close the listening socket and every open connection (their threads end)."""
-        self.shutdown()  # the accept loop first: it must not select on a closed socket
+        self.shutdown()  # the reception stage first: it must not select on a closed socket
         with contextlib.suppress(OSError):
             self.socket.close()
         with self._lock:
-            live = list(self._live)
-        for conn in live:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        with self._lock:
+            busy = list(self._busy)
             self._closed = True
             threads = self._threads
+        for conn in busy:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        for waiting in self._ready:
+            waiting.conn.close()
+        self._ready.clear()
         for _ in range(threads):
-            self._handoff.put(None)  # every connection thread ends when it next looks for a connection
+            self._handoff.put(None)  # every worker thread ends when it next looks for work
+        for end in (self._wake_r, self._wake_w):
+            end.close()
 
 
 def _close(conn: socket.socket, linger: bool, linger_bytes: int) -> None:
@@ -718,19 +954,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="default: loopback only")
     parser.add_argument("--port", type=int, default=5000, help="0 picks a free port")
     parser.add_argument("--max-connections", type=int, default=default.max_connections,
-                        help="connections served at once; more wait in the listen backlog")
+                        help="requests answered at once; more wait for a worker")
+    parser.add_argument("--max-waiting", type=int, default=default.max_waiting,
+                        help="connections waiting for their request; past it the longest waiting is closed")
     parser.add_argument("--backlog", type=int, default=default.backlog, help="listen queue length")
     parser.add_argument("--max-body-bytes", type=int, default=default.max_body_bytes, help="larger bodies get 413")
     parser.add_argument("--max-batch", type=int, default=default.max_batch, help="samples per request; more get 413")
     parser.add_argument("--idle-timeout", type=float, default=default.idle_timeout_s,
                         help="seconds a connection may wait for its next request")
+    parser.add_argument("--header-timeout", type=float, default=default.header_timeout_s,
+                        help="seconds from a request's first byte to its last header (else 408)")
     parser.add_argument("--request-timeout", type=float, default=default.request_timeout_s,
                         help="seconds from a request's first byte to its whole body (else 408)")
     parser.add_argument("--secret-file", help=f"a file whose first line is the shared secret (or set ${SECRET_ENV} "
                                               f"or ${SECRET_FILE_ENV}; never the secret itself on the command line)")
     ns = parser.parse_args(argv)
-    limits = Limits(ns.max_connections, ns.backlog, ns.max_body_bytes, ns.max_batch, ns.idle_timeout,
-                    ns.request_timeout)
+    limits = Limits(max_connections=ns.max_connections, max_waiting=ns.max_waiting, backlog=ns.backlog,
+                    max_body_bytes=ns.max_body_bytes, max_batch=ns.max_batch, idle_timeout_s=ns.idle_timeout,
+                    header_timeout_s=ns.header_timeout, request_timeout_s=ns.request_timeout)
     if limits.problems():
         parser.error("; ".join(limits.problems()))
     try:

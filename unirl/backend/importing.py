@@ -490,27 +490,32 @@ def arithmetic(expr: str, env: Env) -> int | None:
         return value if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()) else "x"
 
     text = re.sub(r"(\$?\{?[A-Za-z_]\w*\}?)", name, expr)
+    if len(text) > 10_000:  # an expression of a launch script is short; ast.parse of a deep one would recurse
+        return None
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
         return None
     ops: dict[type, Callable[[int, int], int]] = {
         ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
         ast.Div: lambda a, b: int(a / b), ast.FloorDiv: lambda a, b: int(a / b), ast.Mod: lambda a, b: a % b}
 
+    def wrap(value: int) -> int:  # bash's arithmetic is 64-bit: A=$((A*A)) repeated must not grow without bound
+        return (value + 2**63) % 2**64 - 2**63
+
     def ev(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
             return ev(node.body)
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
+            return wrap(node.value)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
+            return wrap(-ev(node.operand))
         if isinstance(node, ast.BinOp) and type(node.op) in ops:
-            return ops[type(node.op)](ev(node.left), ev(node.right))
+            return wrap(ops[type(node.op)](ev(node.left), ev(node.right)))
         raise ValueError("not shell arithmetic")
     try:
         return ev(tree)
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, RecursionError):
         return None
 
 
@@ -567,6 +572,9 @@ def expand(text: str, env: Env, quoted: bool) -> list[str]:
             out += value[1:]
         else:
             out[-1] += value
+        if len(out[-1]) > MAX_EXPANDED_CHARS or len(out) > MAX_EXPANDED_CHARS // 8:
+            raise UnirlError(f"{text[:60]!r}... expands to over {MAX_EXPANDED_CHARS:,} characters; a launch "
+                             "script's words are short (is a variable defined in terms of itself, repeatedly?)")
     return out
 
 
@@ -660,6 +668,23 @@ class ShellCommand:
     """The words before the entry point (``python3 -m``, ``ray job submit ... --``)."""
 
 
+MAX_SCRIPT_BYTES = 1 << 20
+"""The largest script, config or JSON file ``unirl import`` reads: a launch script is a few kB."""
+MAX_EXPANDED_CHARS = 1 << 20
+"""The most one variable or command may expand to: ``A=$B$B`` repeated doubles each line, so a script of a few
+hundred bytes could otherwise ask for gigabytes."""
+
+
+def bounded(values: Env, name: str, line: int) -> None:
+    """Refuse a variable whose value grew past :data:`MAX_EXPANDED_CHARS` (an expansion bomb), before the next line
+    builds on it."""
+    value = values[name]
+    size = len(value) if isinstance(value, str) else sum(map(len, value))
+    if size > MAX_EXPANDED_CHARS:
+        raise UnirlError(f"line {line}: {name} expands to over {MAX_EXPANDED_CHARS:,} characters; a launch script's "
+                         "variables are short (is it defined in terms of itself, repeatedly?)")
+
+
 def script_commands(text: str, entry: str, env: dict[str, str] | None = None) -> list[ShellCommand]:
     """Every command of a shell script that runs ``entry``, expanded with the variables the script sets before it
     (``env`` first: the caller's environment, e.g. ``SLURM_JOB_NUM_NODES``)."""
@@ -687,9 +712,13 @@ def script_commands(text: str, entry: str, env: dict[str, str] | None = None) ->
             else:
                 expanded = [w for word in shell_words(value)[:1] for w in expand_word(word, values)]
                 values[name] = " ".join(expanded)
+            bounded(values, name, number)
             continue
         if entry in line:
             words = [w.replace(HOLD, " ") for word in shell_words(line) for w in expand_word(word, values)]
+            if sum(map(len, words)) > MAX_EXPANDED_CHARS:
+                raise UnirlError(f"line {number}: the command expands to over {MAX_EXPANDED_CHARS:,} characters; a "
+                                 "training command is a few kB (is a variable defined in terms of itself?)")
             at = next((i for i, w in enumerate(words) if w.endswith(entry)), None)
             if at is not None:
                 found.append(ShellCommand(number, words[at:], words[:at]))

@@ -35,24 +35,53 @@ def read_native(backend: str, args: list[str], env: dict[str, str] | None = None
     from unirl.backend.importing import hydra_values, openrlhf_flags, split_overrides, verl_command
 
     if backend == "verl":
-        if len(args) == 1 and Path(args[0]).is_file():
-            overrides, other = verl_command(Path(args[0]).read_text(), env, which)
+        if len(args) == 1 and looks_like_a_file(args[0], "="):
+            overrides, other = verl_command(read_input(args[0]), env, which)
         else:
             overrides, other = split_overrides(args)
         return hydra_values(overrides), other, {}
     if backend == "openrlhf":
-        if len(args) == 1 and Path(args[0]).is_file():
-            args = [Path(args[0]).read_text()]
+        if len(args) == 1 and looks_like_a_file(args[0], "--"):
+            args = [read_input(args[0])]
         flags, other = openrlhf_flags(args, env, which)
         return flags, other, {}
     if len(args) != 1:
         raise ValueError("trl takes one JSON file of GRPOConfig keyword arguments")
     # JSON, with "#" comment lines allowed (a fixture's header, say)
-    text = "\n".join(line for line in Path(args[0]).read_text().splitlines() if not line.lstrip().startswith("#"))
-    kwargs = json.loads(text)
+    text = "\n".join(line for line in read_input(args[0]).splitlines() if not line.lstrip().startswith("#"))
+    try:
+        kwargs = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{args[0]}: not JSON ({str(exc)[:120]})") from None
     if not isinstance(kwargs, dict):
         raise ValueError(f"{args[0]}: a JSON object of GRPOConfig keyword arguments")
     return kwargs, [], {}
+
+
+def looks_like_a_file(arg: str, native_mark: str) -> bool:
+    """One argument that is not native syntax (``key=value`` for verl, ``--flag`` for OpenRLHF) names a file; a
+    file that is not there is refused (:func:`read_input`), never imported as an empty configuration."""
+    if Path(arg).is_file():
+        return True
+    if native_mark == "=":  # verl: key=value, or ~key (a deletion)
+        return "\n" not in arg and "=" not in arg and not arg.startswith("~")
+    return "\n" not in arg and not arg.startswith(native_mark)
+
+
+def read_input(path: str) -> str:
+    """A script or config file's text: an existing file of at most ``MAX_SCRIPT_BYTES``, read as UTF-8."""
+    from unirl.backend.importing import MAX_SCRIPT_BYTES
+
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"{path}: no such file")
+    size = file.stat().st_size
+    if size > MAX_SCRIPT_BYTES:
+        raise ValueError(f"{path}: {size:,} bytes; a launch script or config is read up to {MAX_SCRIPT_BYTES:,}")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def recipe_yaml(backend: str, document: dict[str, Any], source: str) -> str:
@@ -119,8 +148,8 @@ def cmd_import(args: list[str]) -> int:
         return EXIT_USAGE
     try:
         native, other, dropped = read_native(backend, native_args, env, which)
-    except (ValueError, OSError, UnirlError) as exc:
-        err(str(exc))
+    except (ValueError, OSError, UnirlError, RecursionError) as exc:
+        err(str(exc) or type(exc).__name__)
         return EXIT_USAGE
     from unirl.host.manager import get_host
 

@@ -25,6 +25,7 @@ from unirl.errors import UnirlError
 VERBS: dict[str, str] = {
     "plan": "unirl.cli.plan:cmd_plan",
     "diff": "unirl.cli.diff:cmd_diff",
+    "parity": "unirl.cli.parity:cmd_parity",
     "advise": "unirl.cli.advise:cmd_advise",
     "explain": "unirl.cli.explain:cmd_explain",
     "compare": "unirl.cli.compare:cmd_compare",
@@ -64,6 +65,9 @@ options (before the verb or overrides):
 verbs:
   plan [--json] [--validate] [OVERRIDE ...]      print what the backend will receive; run nothing
   diff A B [--json] [OVERRIDE ...]               one recipe on two backends, field by field
+  parity [--frameworks trl,verl,openrlhf] [--python NAME=PATH] [--json] [OVERRIDE ...]
+                                                 each backend's own loss code on one frozen batch against the
+                                                 recipe's meaning: equal, design, mismatch or refused
   advise [--gpus N] [--nodes N] [--model-size 7B] [--async] [--engine vllm|sglang|hf] [--json]
                                                  which backend fits a situation, and why
   explain FIELD [--json]                         one recipe field: meaning, unit, allowed values, default, and the

@@ -148,8 +148,11 @@ def preflight(host: Any, overrides: list[str], *, inputs: bool = False, backend:
         if problems:
             raise RecipeInvalid(problems)
     if backend:
+        from unirl.launch.scheduler import check_plan_fits
+
         check_local_gpus(plan)
         validate_once(host, plan)
+        check_plan_fits(host.schedulers.get(plan.recipe.get("scheduler", {}).get("name") or "local"), plan)
     return plan
 
 
@@ -246,6 +249,7 @@ def _run_locked(cfg: Any) -> dict[str, Any]:
 
     from unirl.host.manager import get_host
     from unirl.host.planning import plan_recipe, prepare_run
+    from unirl.launch.scheduler import check_before_launch
     from unirl.recipe.algorithm_presets import GROUP as ALGORITHM_GROUP
     from unirl.recipe.algorithm_presets import apply_chosen_preset
     from unirl.recipe.compose import to_recipe
@@ -266,7 +270,8 @@ def _run_locked(cfg: Any) -> dict[str, Any]:
                 raise RecipeInvalid(problems)
         validate_once(host, plan)
         scheduler = host.schedulers.get(recipe.scheduler.get("name", "local"))
-        scheduler.check(dict(recipe.scheduler))  # e.g. the cluster answers, before anything is written
+        # e.g. the cluster answers, the plan fits the scheduler's nodes: before anything is written
+        check_before_launch(scheduler, dict(recipe.scheduler), plan)
         plan = prepare_run(host, plan, run_dir)
     except UnirlError as exc:
         err(str(exc))

@@ -130,7 +130,8 @@ def check(host: Host, recipe: Recipe) -> None:
     register_reward_files(recipe, host.rewards)
     validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
              more=[*data_problems(recipe), *tracker_install_problems(host, recipe),
-                   *environment_problems(host, recipe), *engine_episode_problems(host, recipe)])
+                   *environment_problems(host, recipe), *engine_episode_problems(host, recipe),
+                   *reward_kwargs_problems(recipe, host.rewards)])
     warn_toy_settings(recipe)  # a valid recipe that is the toy's with a real model: say so, once
 
 
@@ -226,6 +227,27 @@ def environment_problems(host: Host, recipe: Recipe) -> list[FieldError]:
                                f"the arguments {env.name!r} takes ({takes}): {exc}; a recipe's kwargs merge into "
                                "the base recipe's, so remove one with ~environment.kwargs.NAME")]
     return []
+
+
+def reward_kwargs_problems(recipe: Recipe, registry: Registry[RewardFunction]) -> list[FieldError]:
+    """Each reward's ``kwargs`` against its function's signature: every call passes them, so a misspelt name fails
+    here, not as every reward call's error once training runs."""
+    problems = []
+    for i, spec in enumerate(recipe.rewards):
+        if spec.name not in registry:
+            continue  # named by the schema's own check
+        fn = registry.get(spec.name).fn
+        try:
+            signature = inspect.signature(fn)
+        except (TypeError, ValueError):  # a builtin or C function: nothing to read
+            continue
+        try:
+            signature.bind(None, **spec.kwargs)  # the sample (or the batch) first, as every call passes it
+        except TypeError as exc:
+            takes = ", ".join(list(signature.parameters)[1:]) or "none"
+            problems.append(FieldError(f"rewards[{i}].kwargs", dict(spec.kwargs),
+                                       f"the keyword arguments {spec.name!r} takes ({takes}): {exc}"))
+    return problems
 
 
 def engine_episode_problems(host: Host, recipe: Recipe) -> list[FieldError]:

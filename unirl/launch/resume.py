@@ -7,7 +7,10 @@ from the newest complete checkpoint there and drops what the killed run logged a
 Complete means verified, before any log is cut back: trainer_state.json parses, the weights' safetensors headers
 describe exactly the bytes on disk, and the optimizer, scheduler and RNG files (torch's zip format) have their zip
 directory and every member inside the file. A newer checkpoint that fails is skipped, with the reason, and the
-previous complete one is used. A checkpoint without RNG state resumes, but not bit-identically, and the run says so.
+previous complete one is used. A run stopped before its first complete checkpoint starts again from step 0 in the
+same directory. Whether a resumed run repeated the uninterrupted one is measured, not assumed: the steps the stopped
+run logged after its checkpoint are compared with the same steps of the resumed run (``bit_identical``, with the
+first difference); what is known to prevent it (no RNG state, a forced recipe change) is listed beside.
 
 The recipe of a resumed run is the recipe it started with (``plan.json``): a resume that would train on another one
 (different overrides, an edited recipe file) is refused unless forced (``unirl resume RUN_DIR --force ...``), and a
@@ -65,7 +68,8 @@ MANIFEST_FILE = "manifest.json"
 
 @dataclass(frozen=True)
 class Checkpoint:
-    path: Path
+    path: Path | None
+    """None: no complete checkpoint; a resume starts again from step 0 (see :func:`resume_checkpoint`)."""
     global_step: int
     """The backend's own count at the checkpoint (for TRL: optimizer updates, not unirl steps)."""
     skipped: tuple[tuple[Path, str], ...] = ()
@@ -207,23 +211,22 @@ def latest_trainer_checkpoint(checkpoints_dir: Path) -> Checkpoint | None:
     return None
 
 
-def require_trainer_checkpoint(run_dir: Path, checkpoints_dir: Path) -> Checkpoint:
-    """The checkpoint ``run.resume=true`` continues from; a UnirlError naming the directory when there is none."""
+def resume_checkpoint(checkpoints_dir: Path) -> Checkpoint:
+    """The checkpoint ``run.resume=true`` continues from: the newest complete one, or, when a kill came before the
+    first complete save, a restart (``path`` None, step 0) with every folder it passed over in ``skipped``."""
     checkpoint = latest_trainer_checkpoint(checkpoints_dir)
-    if checkpoint is None:
-        passed = [f"{folder.name}: {why}" for folder, _ in trainer_checkpoints(checkpoints_dir)
-                  for why in [verify_checkpoint(folder)[0] or ""]]
-        detail = f"; skipped {'; '.join(passed)}" if passed else ""
-        raise UnirlError(
-            f"run.resume=true: no complete checkpoint in {checkpoints_dir} (run directory {run_dir}){detail}; resume "
-            "needs the directory of an earlier run that saved one (run.checkpoint_every=N), given as "
-            "hydra.run.dir=<dir>")
-    return checkpoint
+    if checkpoint is not None:
+        return checkpoint
+    passed = tuple((folder, verify_checkpoint(folder)[0] or "not complete")
+                   for folder, _ in trainer_checkpoints(checkpoints_dir))
+    return Checkpoint(None, 0, passed)
 
 
 def take_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> dict[str, Any]:
     """Before a resume trains from ``checkpoint``: move the newer, broken folders it skipped out of the Trainer's
-    way, say so, and return what the run records about the resume (``resumed_from``'s extra keys)."""
+    way, say so, and return what the run records about the resume (``resumed_from``'s extra keys). Whether the
+    resumed run repeats the uninterrupted one is measured afterwards (:func:`measured_identity`); the reasons known
+    now that it cannot are listed."""
     skipped = []
     for folder, why in checkpoint.skipped:
         target = folder.with_name(SKIPPED_PREFIX + folder.name)
@@ -238,15 +241,66 @@ def take_checkpoint(run_dir: Path, checkpoint: Checkpoint) -> dict[str, Any]:
             kept = folder
         skipped.append({"checkpoint": str(folder), "reason": why, "kept_as": str(kept)})
         log.warning("resume: skipped %s (%s); kept as %s", folder.name, why, kept.name)
-    if skipped:
+    if checkpoint.path is None:
+        log.warning("resume: no complete checkpoint in %s: the run was stopped before its first save; it starts "
+                    "again from step 0 in the same directory", run_dir)
+    elif skipped:
         log.info("resume: continuing from %s, the newest complete checkpoint", checkpoint.path.name)
     changes = recipe_change_history(run_dir)
     reasons = list(checkpoint.not_bit_identical)
     if changes:
         fields = sorted({f for change in changes for f in change.get("fields", {})})
         reasons.append(f"the recipe was changed on resume (forced): {', '.join(fields)}")
-    return {"skipped_checkpoints": skipped, "bit_identical": not reasons, "not_bit_identical_because": reasons,
-            "recipe_changes": changes}
+    return {"skipped_checkpoints": skipped, "not_bit_identical_because": reasons, "recipe_changes": changes,
+            **({"restarted": "no complete checkpoint: the run started again from step 0"}
+               if checkpoint.path is None else {})}
+
+
+REPLAY_KEYS = ("reward/total/mean", "loss", "grad_norm", "lr")
+"""What a resumed step is compared on with the same step logged before the stop: enough to tell another batch,
+other samples or other weights apart, exactly (floats compare equal or not)."""
+
+
+def logged_after(metrics: Path, step: int) -> dict[int, list[Any]]:
+    """The steps after ``step`` that the stopped run logged (read before a resume drops them), with the values of
+    :data:`REPLAY_KEYS`: what the resumed run's same steps are compared with."""
+    from unirl.jsonl import JsonlError, objects
+
+    found: dict[int, list[Any]] = {}
+    if not metrics.is_file():
+        return found
+    try:
+        rows = [row for _, row in objects(metrics)]
+    except JsonlError:  # a torn last line: the resume drops it; compare what parsed before it
+        rows = []
+        for line in metrics.read_bytes().splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    for row in rows:
+        at = row.get("step") if isinstance(row, dict) else None
+        if isinstance(at, int) and not isinstance(at, bool) and at > step:
+            found[at] = [row.get(key) for key in REPLAY_KEYS]
+    return found
+
+
+def measured_identity(before: dict[int, list[Any]], metrics: Path) -> dict[str, Any]:
+    """Whether the resumed run repeated the steps the stopped run had logged after its checkpoint, measured:
+    ``bit_identical`` True (every compared step equal), False (with the first difference) or None (nothing to
+    compare: the stop came right after a checkpoint, or the resumed run stopped before those steps)."""
+    after = logged_after(metrics, 0)
+    compared = sorted(set(before) & set(after))
+    out: dict[str, Any] = {"compared_steps": len(compared)}
+    for step in compared:
+        if before[step] != after[step]:
+            out.update(bit_identical=False, first_difference={"step": step, "keys": list(REPLAY_KEYS),
+                                                              "before_the_stop": before[step],
+                                                              "after_the_resume": after[step]})
+            return out
+    out["bit_identical"] = True if compared else None
+    if not compared:
+        out["why_not_compared"] = ("the stopped run logged no step after its checkpoint" if not before else
+                                   "the resumed run ended before the steps the stopped run had logged")
+    return out
 
 
 # --- the recipe a resume continues, and a run that already ended ------------------------------------------------

@@ -91,6 +91,10 @@ class Scheduler(Protocol):
     def check(self, options: dict[str, Any]) -> None:
         """Fail before anything is written when the scheduler cannot take the job (see :class:`SchedulerBase`)."""
 
+    def check_plan(self, plan: LaunchPlan) -> None:
+        """Fail before anything is written when the scheduler cannot run this plan (optional: see
+        :func:`check_before_launch`)."""
+
     def active(self, record: dict[str, Any]) -> bool | None:
         """Whether a job submitted without waiting still runs; None when it cannot tell."""
 
@@ -103,9 +107,26 @@ class SchedulerBase:
     def check(self, options: dict[str, Any]) -> None:
         """Nothing to check: the scheduler can always take a job."""
 
+    def check_plan(self, plan: LaunchPlan) -> None:
+        """Nothing to check: the scheduler can run every plan."""
+
     def active(self, record: dict[str, Any]) -> bool | None:
         """Cannot tell whether a detached job still runs."""
         return None
+
+
+def check_before_launch(scheduler: Scheduler, options: dict[str, Any], plan: LaunchPlan) -> None:
+    """The scheduler's own checks of the options and the plan, before anything is written. ``check_plan`` is looked
+    up rather than required: a scheduler written before it existed still works."""
+    scheduler.check(options)
+    check_plan_fits(scheduler, plan)
+
+
+def check_plan_fits(scheduler: Scheduler, plan: LaunchPlan) -> None:
+    """The scheduler's ``check_plan``, where it has one (a third-party scheduler may predate it)."""
+    check_plan = getattr(scheduler, "check_plan", None)
+    if callable(check_plan):
+        check_plan(plan)
 
 
 def write_job_record(run_dir: Path, scheduler: str, job_id: str, state: str, submitted: dict[str, Any],

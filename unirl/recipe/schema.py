@@ -401,7 +401,8 @@ class Recipe:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     run: RunSection = field(default_factory=RunSection)
-    seed: int = setting(0, "Seed for data order, model init (builtin models) and sampling.")
+    seed: int = setting(0, "Seed for data order, model init (builtin models) and sampling.", at_least=0,
+                        at_most=2**32 - 1, why="numpy and torch take 32-bit unsigned seeds")
     framework: dict[str, Any] = field(default_factory=dict, metadata=documented(
         "The backend and its own options (``name`` plus what its plugin declares)."))
     scheduler: dict[str, Any] = field(default_factory=dict, metadata=documented(
@@ -538,6 +539,11 @@ def batch_problems(recipe: Recipe) -> list[FieldError]:
         return [FieldError("algorithm.micro_batch_size", a.micro_batch_size,
                            f"must divide the {per_device} completions each device gets per update ({per_step} per "
                            f"step / {a.mini_batches_per_step} mini-batches / {recipe.world_size} devices)")]
+    rows = recipe.data.train_rows
+    if rows is not None and rows >= 1 and rows < a.prompts_per_step:
+        # every backend drops an incomplete last batch: fewer rows than one step's prompts train nothing
+        return [FieldError("data.train_rows", rows, f">= algorithm.prompts_per_step={a.prompts_per_step}: one step "
+                                                    "takes that many prompts, and a smaller set makes no step")]
     return []
 
 

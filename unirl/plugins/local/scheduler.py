@@ -50,10 +50,14 @@ class LocalScheduler(SchedulerBase):
     description = "this machine: in-process for the embedded default, else a child process"
     options: ClassVar[dict[str, Any]] = {"name": NAME, "in_process": True}
 
-    def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
+    def check_plan(self, plan: LaunchPlan) -> None:
+        """One node: a plan that needs torchrun on several is refused before anything is written."""
         refusal = multi_node_refusal(plan, NAME)
         if refusal is not None:
             raise refusal
+
+    def submit(self, plan: LaunchPlan, run_dir: Path, options: dict[str, Any]) -> JobResult:
+        self.check_plan(plan)
         run_dir.mkdir(parents=True, exist_ok=True)
         # A `unirl stop` of an earlier start of this directory (before a resume) is not a stop of this one.
         (run_dir / STOP_REQUESTED).unlink(missing_ok=True)

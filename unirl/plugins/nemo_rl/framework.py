@@ -45,6 +45,7 @@ from unirl.backend.native import (
     prompt_budget_note,
 )
 from unirl.backend.native import micro_batch as native_micro_batch
+from unirl.backend.parity.certificate import ParityHarness
 from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
 from unirl.data.builtin.tiny_model import SHAPES
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
@@ -492,6 +493,8 @@ class NemoRlFramework(NativeFramework):
     capabilities = CAPABILITIES
     mapping = MAPPING
     plugin_package = "unirl.plugins.nemo_rl"
+    parity = ParityHarness(None, why_not="NeMo RL is not on the package index (it needs Python 3.13 and CUDA): its "
+                           "loss code cannot run here, and no reproduction of it is certified")
     check_module = None  # NeMo RL needs Python 3.13 and GPUs: plans are checked against the key schema
     export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS

@@ -39,6 +39,7 @@ from unirl.backend.native import (
     prompt_budget,
     prompt_budget_note,
 )
+from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import RUN_DIR, LaunchPlan, in_run_dir
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.errors import FieldError, UnirlError, Unsupported
@@ -497,6 +498,34 @@ def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
+def parity_designs(recipe: Recipe) -> list[Design]:
+    """What OpenRLHF 0.11.2 computes differently from unirl's reference by construction."""
+    designs = []
+    if recipe.algorithm.advantage_norm in ("group", "batch"):
+        designs.append(Design(
+            "std + 1e-9 in float32", "group_norm divides by the group's std + 1e-9 in float32 "
+            "(experience_maker.py:273-274): a group of equal rewards that binary cannot hold exactly gets advantages "
+            "of one rounding unit / 1e-9, about +-100 for rewards near 1, instead of 0", ("advantages",),
+            {"std_eps": 1e-9, "precision": "float32"}))
+    a = recipe.algorithm
+    if a.kl_coef > 0 and a.kl_placement == "reward" and a.advantage_baseline in ("group_mean", "leave_one_out"):
+        designs.append(Design("KL added after the baseline", "the group baseline and normalisation use the outcome "
+                              "rewards alone; compute_reward then adds -kl_coef x KL per token and each token's "
+                              "advantage is its return to go (experience_maker.py:268-318), so the KL is neither "
+                              "baselined nor summed over the whole completion", ("advantages",),
+                              {"kl_after_baseline": True}))
+    if a.advantage_norm == "batch_whiten":
+        designs.append(Design("biased whitening variance", "the global whitening divides by the token variance over "
+                              "n, not n - 1 (experience_maker.py:325-338)", ("advantages",),
+                              {"whiten_unbiased": False}))
+    if recipe.algorithm.loss_aggregation != "token_mean":
+        designs.append(Design("KL and entropy as token means", "the KL loss and the entropy term go through "
+                              "aggregate_loss with its token-mean default whatever --actor.loss_agg_mode says "
+                              "(ppo_actor.py:331, 347-351)", ("loss", "grad", "kl_term"),
+                              {"kl_aggregation": "token_mean", "entropy_aggregation": "token_mean"}))
+    return designs
+
+
 class OpenRlhfFramework(NativeFramework):
     name = NAME
     description = "OpenRLHF: Ray + DeepSpeed training, vLLM rollouts; GPU only"
@@ -504,6 +533,7 @@ class OpenRlhfFramework(NativeFramework):
     mapping = MAPPING
     plugin_package = "unirl.plugins.openrlhf"
     check_module = "unirl.plugins.openrlhf.native_check"
+    parity = ParityHarness("unirl.plugins.openrlhf.parity_harness", lambda recipe: parity_designs(recipe))
     export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"

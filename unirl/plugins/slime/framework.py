@@ -36,6 +36,7 @@ from unirl.backend.native import (
     prompt_budget_note,
 )
 from unirl.backend.native import micro_batch as native_micro_batch
+from unirl.backend.parity.certificate import ParityHarness
 from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
 from unirl.errors import FieldError, Unsupported
 from unirl.plugins.slime.model_args import ModelArgsError, megatron_model_args, model_config
@@ -313,6 +314,9 @@ class SlimeFamily(NativeFramework):
     """What slime and vime share: the table above, the launch, the checks; subclasses name the engine."""
 
     plugin_package = "unirl.plugins.slime"
+    parity = ParityHarness(None, why_not="slime and vime are not on the package index (they run in their CUDA "
+                           "images with Megatron-LM): their loss code cannot run here, and no reproduction of it is "
+                           "certified")
     check_module = None  # slime lives in an image: the plan is checked against the key schema in schema.py
     export_format = EXPORT_FORMAT
     engine_rows: ClassVar[tuple[Mapping, ...]]

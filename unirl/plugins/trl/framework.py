@@ -9,6 +9,7 @@ Batch semantics are TRL's, converted honestly: TRL's ``per_device_train_batch_si
 from __future__ import annotations
 
 import importlib.metadata as md
+import types
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,9 +27,9 @@ from unirl.backend.contract import (
 )
 from unirl.backend.environment import version_in
 from unirl.backend.native import prompt_budget
+from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
-from unirl.launch.resume import require_trainer_checkpoint
 from unirl.launch.scheduler import RDZV_ENDPOINT, RDZV_ID
 from unirl.recipe.fields import AUTO
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
@@ -325,6 +326,10 @@ MAPPING: tuple[Mapping, ...] = (
                 ("k1",) if trainer_of(r) == "rloo" else ("k3", "low_var_kl")),
             supported_text="when kl_coef > 0: k3 (low_var_kl) with GRPOTrainer, k1 with RLOOTrainer "
                            "(advantage_baseline=leave_one_out)"),
+    Mapping("algorithm.kl_estimator", "use_bias_correction_kl", on_grpo(lambda r: False),
+            "the recipe's KL is the plain estimator of the current against the reference policy; GRPOTrainer "
+            "multiplies it by the importance ratio by default (grpo_config.py:972, grpo_trainer.py:3101-3103), a "
+            "43% larger KL term on the parity batch (unirl parity)", native_default=True),
     Mapping("algorithm.clip_low", "epsilon", lambda r: r.algorithm.clip_low, native_default=0.2),
     Mapping("algorithm.clip_high", "epsilon_high", lambda r: r.algorithm.clip_high or r.algorithm.clip_low,
             native_default=None, inverse=clip_high_from),
@@ -529,8 +534,25 @@ def placement_problems(r: Recipe) -> list[FieldError]:
     return problems
 
 
+def parity_designs(recipe: Recipe) -> list[Design]:
+    """What TRL's GRPOTrainer computes differently from unirl's reference by construction."""
+    designs = []
+    if recipe.algorithm.advantage_norm in ("group", "batch"):
+        designs.append(Design(
+            "std + 1e-4 in float32", "GRPOTrainer divides the centred rewards by their std + 1e-4 "
+            "(grpo_trainer.py:2785-2787) in float32, so a group of equal rewards that binary cannot hold exactly gets "
+            "advantages of about one rounding unit / 1e-4 instead of 0", ("advantages",),
+            {"std_eps": 1e-4, "precision": "float32"}))
+    if recipe.algorithm.entropy_coef and recipe.algorithm.loss_aggregation != "token_mean":
+        designs.append(Design("entropy as a token mean", "TRL's entropy bonus is a token mean whatever loss_type "
+                              "aggregates the loss (grpo_trainer.py:3184-3196)", ("loss",),
+                              {"entropy_aggregation": "token_mean"}))
+    return designs
+
+
 class TrlFramework:
     name = NAME
+    parity = ParityHarness("unirl.plugins.trl.parity_harness", parity_designs)
     description = "Hugging Face TRL GRPOTrainer; in-process, runs on CPU or CUDA"
     capabilities = CAPABILITIES
     mapping = MAPPING
@@ -616,15 +638,13 @@ class TrlFramework:
         )
 
     def require_resumable(self, run_dir: Path) -> None:
-        """A resume needs a complete Trainer checkpoint (model, optimizer, scheduler, RNG states)."""
-        require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
+        """Nothing to refuse: a resume continues from the newest complete Trainer checkpoint, and a run stopped before
+        its first one starts again from step 0 in its directory (unirl.launch.resume.resume_checkpoint)."""
 
     def prepare(self, plan: LaunchPlan, run_dir: Path, inputs: RunInputs) -> LaunchPlan:
         """The run directory with the resolved plan in it: every launch but the in-process one points the runner
         at that file (a child, a Ray job, a Slurm job). ``inputs`` are not staged: TRL's runner is unirl's own
         process and resolves its rewards and plugins through its host."""
-        if plan.recipe["run"]["resume"]:  # a resume with nothing to resume from is the user's input, refused here
-            self.require_resumable(run_dir)
         resolved = plan.resolve(str(run_dir))
         run_dir.mkdir(parents=True, exist_ok=True)
         write_json(run_dir / PLAN, resolved.to_dict())
@@ -639,6 +659,12 @@ class TrlFramework:
         import tempfile
 
         args = launch_args(plan)
+        overrides = (plan.recipe.get("framework") or {}).get("overrides") or {}
+        for key, value in args.items():
+            wrong = wrong_type(config_class, key, value)
+            if wrong:
+                field_name = f"framework.overrides.{key}" if key in overrides else f"{config_class.__name__}.{key}"
+                raise FieldError(field_name, value, f"{wrong} ({config_class.__name__}.{key}'s type)")
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 config_class(output_dir=tmp, **args)
@@ -649,6 +675,48 @@ class TrlFramework:
             except (TypeError, ValueError) as exc:
                 raise UnirlError(f"TRL {plan.framework_version} rejected the generated {config_class.__name__}: "
                                  f"{exc}") from exc
+
+
+def wrong_type(config_class: type[Any], key: str, value: Any) -> str | None:
+    """What ``value`` should be when it does not fit the annotation of ``config_class``'s field ``key`` (plain
+    scalars, their Optional and Literal forms; anything else is left to the config's own checks), else None.
+
+    TRL's configs are dataclasses that do not check types: ``learning_rate="abc"`` is accepted and fails inside the
+    optimizer once the model has loaded."""
+    import dataclasses
+    import typing
+
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    if key not in fields:
+        return None
+    try:
+        hint = typing.get_type_hints(config_class).get(key)
+    except (NameError, TypeError):  # an annotation that does not resolve here: nothing to compare with
+        return None
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if value is None:
+        return None if type(None) in options else "a value, not null"
+    allowed: list[str] = []
+    for option in options:
+        if typing.get_origin(option) is typing.Literal:
+            if value in typing.get_args(option):
+                return None
+            allowed.append(f"one of {list(typing.get_args(option))}")
+        elif option in (int, float, bool, str):
+            if _scalar_fits(value, option):
+                return None
+            allowed.append({int: "a whole number", float: "a number", bool: "true or false", str: "text"}[option])
+        elif option is not type(None):
+            return None  # a list, a dict, a class: the config's own checks
+    return " or ".join(allowed) or None
+
+
+def _scalar_fits(value: Any, kind: type) -> bool:
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 def peft_config(r: Recipe) -> dict[str, Any] | None:

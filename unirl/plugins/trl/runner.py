@@ -28,7 +28,7 @@ from unirl.data.loading import fingerprint, limit, load_rows, render_prompt, row
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.host.manager import Host, get_host
 from unirl.host.planning import spec_from_recipe
-from unirl.launch.resume import require_trainer_checkpoint, take_checkpoint
+from unirl.launch.resume import logged_after, measured_identity, resume_checkpoint, take_checkpoint
 from unirl.plugins.trl.framework import (
     BUILTIN_SUPPRESS,
     CHECKPOINTS,
@@ -37,6 +37,7 @@ from unirl.plugins.trl.framework import (
     trainer_classes,
     updates_per_step,
 )
+from unirl.plugins.trl.sampling import with_resumable_order
 from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
 from unirl.record.layout import (
     EVAL,
@@ -377,23 +378,27 @@ def eos_ids(model: Any, tok: Any) -> set[int]:
 
 
 def resume_point(recipe: Recipe, run_dir: Path) -> dict[str, Any]:
-    """Where ``run.resume=true`` continues: the newest complete checkpoint, in TRL updates and in unirl steps.
+    """Where ``run.resume=true`` continues: the newest complete checkpoint, in TRL updates and in unirl steps, or step
+    0 when the run was stopped before its first complete save (``checkpoint`` None).
 
     Also cuts the run's JSONL files back to that step (the resumed run writes the later steps again) and drops any
-    line a kill tore. Cheap and before any model loads, so a resume with nothing to resume from fails at once.
-    The checkpoint is verified before any line is dropped; newer broken ones are skipped and set aside, with why
-    (see :func:`unirl.launch.resume.take_checkpoint`, which also says whether the resume is bit-identical).
+    line a kill tore, keeping what the dropped steps logged to compare the resumed run with (``replay``, popped by
+    :func:`run`). Cheap and before any model loads. The checkpoint is verified before any line is dropped; newer
+    broken ones are skipped and set aside, with why (:func:`unirl.launch.resume.take_checkpoint`).
     """
-    checkpoint = require_trainer_checkpoint(run_dir, run_dir / CHECKPOINTS)
+    checkpoint = resume_checkpoint(run_dir / CHECKPOINTS)
     taken = take_checkpoint(run_dir, checkpoint)
     # TRL's global_step counts optimizer updates, updates_per_step of them per unirl step; a checkpoint saved
     # part-way through a step (a raw save_steps override) counts only the steps it completed.
     step = checkpoint.global_step // updates_per_step(recipe)
-    dropped = {name: truncate_after(run_dir / name, step) for name in (METRICS, TRAJECTORIES)}
+    replay = logged_after(run_dir / METRICS, step)
+    cut = step if checkpoint.path is not None else -1  # a restart keeps nothing, the evaluation before training too
+    dropped = {name: truncate_after(run_dir / name, cut) for name in (METRICS, TRAJECTORIES)}
     # The final held-out eval (step == steps) always runs again after train(); the mid-run ones never land on it.
-    dropped[EVAL] = truncate_after(run_dir / EVAL, min(step, recipe.algorithm.steps - 1))
-    return {"checkpoint": str(checkpoint.path), "global_step": checkpoint.global_step, "step": step,
-            "dropped_lines": dropped, **taken}
+    dropped[EVAL] = truncate_after(run_dir / EVAL, min(cut, recipe.algorithm.steps - 1))
+    return {"checkpoint": None if checkpoint.path is None else str(checkpoint.path),
+            "global_step": checkpoint.global_step, "step": step, "dropped_lines": dropped, **taken,
+            "replay": {str(k): v for k, v in replay.items()}}
 
 
 class EarlyStop:
@@ -538,11 +543,17 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
                                "steps_expected": recipe.algorithm.steps, "seed": recipe.seed, "state": "failed"}
     if ranks.world > 1:
         summary["processes"] = ranks.world
+    replay: dict[int, list[Any]] = {}
     if resumed_from is not None:
+        replay = {int(k): v for k, v in resumed_from.pop("replay", {}).items()}
         summary["resumed_from"] = resumed_from
+        if resumed_from["checkpoint"] is None:  # stopped before its first complete save: a fresh start, recorded
+            resumed_from = None
     peers: list[dict[str, Any]] = []  # the other ranks' reward statistics, gathered once training is done
     try:
         _train(plan, recipe, args, rewards, recorder, host, t_start, summary, resumed_from, ranks, peers)
+        if "resumed_from" in summary and ranks.main:
+            summary["resumed_from"].update(measured_identity(replay, run_dir / METRICS))
     except KeyboardInterrupt:
         summary["state"] = "interrupted"
         raise
@@ -731,6 +742,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
         adapter = TrlRewardAdapter(rewards, eos_ids=eos_ids(model, tok), mini_batches=per_step, on_scored=scored,
                                    environment=episodes is not None)
         trainer_class, config_class = trainer_classes(plan)
+        trainer_class = with_resumable_order(trainer_class)
         # the episode loop as GRPOTrainer's rollout_func (only GRPOTrainer takes one; the plan refuses RLOO with it)
         loop = {} if episodes is None else {"rollout_func": episodes.rollout_func}
         trainer = trainer_class(

@@ -34,6 +34,7 @@ from unirl.backend.native import (
     prompt_budget_note,
     reward_paths,
 )
+from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import LaunchPlan, in_run_dir
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.plugins.verl.native_check import VLLM_LORA_RANKS
@@ -513,6 +514,11 @@ class VerlFramework(NativeFramework):
     mapping = MAPPING
     plugin_package = "unirl.plugins.verl"
     check_module = "unirl.plugins.verl.native_check"
+    parity = ParityHarness("unirl.plugins.verl.parity_harness", lambda recipe: [] if recipe.algorithm.advantage_norm
+                           not in ("group", "batch") else [Design(
+        "float32 group statistics", "verl computes the group mean and std + 1e-6 in float32 "
+        "(core_algos.py:267-331), so a group of equal rewards that binary cannot hold exactly gets advantages of "
+        "about one rounding unit / 1e-6 instead of 0", ("advantages",), {"precision": "float32"})])
     export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = "verl 0.9.x, the release this plugin's mapping table follows"
