@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import machine, save  # noqa: E402
+from _common import machine, save
 
-from tests.adversarial.model_text import FAMILIES, _time  # noqa: E402
-from tests.adversarial.model_text import CASES as _  # noqa: E402, F401  (the parsers' module, loaded)
+from tests.adversarial.model_text import CASES as _  # noqa: F401  (the parsers' module, loaded)
+from tests.adversarial.model_text import FAMILIES, _time
 
 SIZES = (1024, 4096, 16_384, 65_536, 131_072)
 OLD_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)

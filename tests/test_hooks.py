@@ -290,8 +290,8 @@ def test_optional_scheduler_methods_come_from_the_base_class_not_from_probing() 
         def unirl_add_schedulers(self, registry: Registry) -> None:
             registry.add(BasedScheduler())
 
-    with pytest.raises(UnirlError, match=r"scheduler 'bare', which is not a scheduler: it lacks active, check "
-                                         r"\(subclass unirl.launch.scheduler.SchedulerBase\)"):
+    with pytest.raises(UnirlError, match=r"scheduler 'bare', which is not a scheduler: it lacks active, check, "
+                                         r"check_plan \(subclass unirl.launch.scheduler.SchedulerBase\)"):
         build_host(extra_plugins=[Bare()])
     based = build_host(extra_plugins=[Based()]).schedulers.get("based")
     based.check({})  # accepts every job

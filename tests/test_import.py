@@ -306,6 +306,8 @@ def test_trls_quick_start_config_imports_to_a_recipe_that_plans_the_same_config(
         "max_steps",  # TRL's -1 trains num_train_epochs=3 over the dataset; unirl counts steps (algorithm.steps)
         "steps_per_generation",  # TRL's None means gradient_accumulation_steps (1), sent explicitly
         "epsilon_high",  # TRL's None means epsilon (0.2), sent explicitly
+        # the recipe's KL is the plain k3 estimator; TRL's default multiplies it by the importance ratio
+        "use_bias_correction_kl",
         "reward_weights",  # unirl's reward wiring: one weight per recipe reward
         # rollout_correction=none sent explicitly: TRL's default (on, sequence_mask) acts only with vLLM
         "vllm_importance_sampling_correction",

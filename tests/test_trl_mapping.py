@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from unirl.backend.plan import LaunchPlan
-from unirl.errors import RecipeInvalid, UnirlError
+from unirl.errors import RecipeInvalid
 from unirl.host.manager import get_host
 from unirl.host.planning import prepare_run
-from unirl.plugins.trl.framework import TrlFramework, launch_args
+from unirl.launch.resume import resume_checkpoint
+from unirl.plugins.trl.framework import CHECKPOINTS, TrlFramework, launch_args
 from unirl.recipe.schema import AlgorithmConfig, Recipe, ResourcesConfig, RolloutConfig, RunSection
 
 
@@ -242,10 +243,11 @@ def test_the_prompt_budget_is_resolved_for_trl_too() -> None:
     assert rows["data.max_prompt_tokens"].value == 512  # null: unirl's default budget (unirl/backend/native.py)
 
 
-def test_resume_plans_and_is_refused_before_launch_when_the_run_directory_has_no_checkpoint(tmp_path: Path) -> None:
+def test_resume_plans_and_a_run_stopped_before_its_first_checkpoint_starts_again(tmp_path: Path) -> None:
     plan = TrlFramework().plan(Recipe(run=RunSection(resume=True, checkpoint_every=5)))
-    with pytest.raises(UnirlError, match=r"run\.resume=true: no complete checkpoint in .*trl \(run directory "):
-        prepare_run(get_host(), plan, tmp_path)
+    prepare_run(get_host(), plan, tmp_path)  # no checkpoint yet: not refused (unirl resume checks the directory)
+    checkpoint = resume_checkpoint(tmp_path / CHECKPOINTS)
+    assert (checkpoint.path, checkpoint.global_step) == (None, 0)
 
 
 def test_sharding_becomes_fsdp2_or_a_deepspeed_config_and_is_refused_where_accelerate_would_drop_it() -> None:

@@ -38,7 +38,6 @@ import argparse
 import asyncio
 import contextvars
 import importlib.metadata
-import importlib.util
 import json
 import logging
 import math
@@ -48,45 +47,18 @@ import types
 from pathlib import Path
 from typing import Any
 
-# --- vLLM import stubs -------------------------------------------------------------------------------------------
-# vLLM cannot be installed here (its wheel pins a CUDA torch; no GPU). SamplesGenerator, whose
-# _process_response_into_experience turns a reward dict into an Experience, lives in a module that imports vLLM
-# at module level although that method never touches it:
-#   openrlhf/trainer/ppo_utils/samples_generator.py:7   from vllm import SamplingParams
-#   openrlhf/trainer/ppo_utils/samples_generator.py:10  from openrlhf.trainer.ray.vllm_engine import ...
-#     openrlhf/trainer/ray/__init__.py:2                from .vllm_engine import batch_vllm_engine_call, ...
-#     openrlhf/trainer/ray/vllm_engine.py:7             import vllm
-#     openrlhf/trainer/ray/vllm_engine.py:11            from vllm.inputs import TokensPrompt
-#     openrlhf/trainer/ray/vllm_engine.py:12            from vllm.utils import random_uuid
-# So exactly these names are stubbed (plain modules, not MagicMocks), only when vLLM is absent. Each stub raises if
-# it is ever used, so no code path can silently run on a fake. No OpenRLHF code is stubbed or patched.
-_VLLM_STUBBED = False
+# --- GPU-only import stubs ---------------------------------------------------------------------------------------
+# SamplesGenerator (samples_generator.py:7-10) imports vLLM at module level although the response processing used
+# here never touches it; unirl's shared import stubs (unirl/plugins/openrlhf/import_stubs.py, which cites each
+# import) stand in where vLLM or flash-attn is absent, and raise if ever called.
+_STUBBED: list[str] = []
 
 
 def _install_vllm_import_stubs() -> None:
-    global _VLLM_STUBBED
-    if importlib.util.find_spec("vllm") is not None:
-        return
+    from unirl.plugins.openrlhf import import_stubs
 
-    def _unavailable(name: str) -> type:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise RuntimeError(f"vllm.{name} is an import stub in openrlhf_harness.py; vLLM is not installed")
-
-        return type(name, (), {"__init__": __init__})
-
-    def _random_uuid() -> str:
-        raise RuntimeError("vllm.utils.random_uuid is an import stub in openrlhf_harness.py")
-
-    vllm = types.ModuleType("vllm")
-    vllm.__version__ = "0.0.0+unirl-harness-stub"
-    vllm.SamplingParams = _unavailable("SamplingParams")
-    inputs = types.ModuleType("vllm.inputs")
-    inputs.TokensPrompt = _unavailable("TokensPrompt")
-    utils = types.ModuleType("vllm.utils")
-    utils.random_uuid = _random_uuid
-    vllm.inputs, vllm.utils = inputs, utils
-    sys.modules.update({"vllm": vllm, "vllm.inputs": inputs, "vllm.utils": utils})
-    _VLLM_STUBBED = True
+    if not _STUBBED:
+        _STUBBED.extend(import_stubs.install() or ["none"])
 
 
 # --- tokenizer ---------------------------------------------------------------------------------------------------
@@ -289,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
         "seconds": seconds if args.timing else None,
         "openrlhf_version": importlib.metadata.version("openrlhf"),
-        "vllm_stubbed": _VLLM_STUBBED,
+        "vllm_stubbed": "vllm" in _STUBBED,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, ensure_ascii=False, allow_nan=False), encoding="utf-8")

@@ -11,6 +11,7 @@ the recipe, and every quantity is compared with unirl's reference semantics (:mo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from unirl.cli.args import EXIT_FAILED, EXIT_OK, overrides_argument, verb_parser
@@ -27,13 +28,12 @@ def parse_pythons(items: list[str], known: list[str]) -> dict[str, str]:
             raise FieldError("--python", item, "NAME=PATH, e.g. verl=.venvs/verl/bin/python")
         if name not in known:
             raise FieldError("--python", item, f"a framework among {known}")
-        pythons[name] = path
+        # a path as the user typed it, from where they typed it (a bare name is looked up on PATH later)
+        pythons[name] = str(Path(path).absolute()) if "/" in path else path
     return pythons
 
 
 def cmd_parity(args: list[str]) -> int:
-    from pathlib import Path
-
     from unirl.backend.parity.batch import FrozenBatch, build
     from unirl.backend.parity.run import certificate
     from unirl.cli.run import normalise

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import logging
 import subprocess
 import sys
 from dataclasses import asdict, replace
@@ -31,6 +32,8 @@ from unirl.recipe.schema import TRACKER_MODULES, Recipe, recipe_from_dict, unins
 from unirl.recipe.toy_settings import warn_toy_settings
 from unirl.rewards.contract import RewardFunction
 from unirl.rewards.spec import RewardPolicy, RewardRuntimeSpec, entry_for, load_reward_file, probe_reward_file
+
+log = logging.getLogger(__name__)
 
 _REGISTERED: set[int] = set()
 
@@ -293,5 +296,17 @@ def run_inputs(host: Host, plan: LaunchPlan) -> RunInputs:
 
 
 def prepare_run(host: Host, plan: LaunchPlan, run_dir: Path) -> LaunchPlan:
-    """The plan's framework writes what its launch needs into ``run_dir``; returns the resolved plan."""
-    return host.frameworks.get(plan.framework).prepare(plan, run_dir, run_inputs(host, plan))
+    """The plan's framework writes what its launch needs into ``run_dir``, with the recipe's parity certificate
+    (``parity.json``, ``logging.parity``); returns the resolved plan."""
+    inputs = run_inputs(host, plan)
+    resolved = host.frameworks.get(plan.framework).prepare(plan, run_dir, inputs)
+    recipe = recipe_from_dict(plan.recipe)
+    if recipe.logging.parity:
+        from unirl.backend.parity.run import PARITY_FILE, record_certificate
+        from unirl.record.layout import write_json
+
+        record = record_certificate(host, recipe, inputs.rewards, plan.framework)
+        if "error" in record:
+            log.warning("parity.json: no certificate for this run (%s)", record["error"])
+        write_json(run_dir / PARITY_FILE, record)
+    return resolved

@@ -354,6 +354,9 @@ class LoggingConfig:
         reads either.""")
     plot: bool = setting(True, "Write curves.png (reward and held-out accuracy) at the end of the run.")
     progress: bool = setting(True, "Show a progress bar (steps, reward, time left) on the terminal.")
+    parity: bool = setting(True, """Write parity.json at launch: the backend's own advantage and loss code on a
+        frozen batch of this recipe against the recipe's meaning (``unirl parity``), where the backend's code is
+        importable; cached per recipe and backend version, so only a new combination costs its ~10 s.""")
     trackers: list[str] = field(default_factory=list, metadata=documented(f"""Experiment trackers that get unirl's
         own record (metrics per step, held-out evaluations, the recipe, the summary) from the process that reports the
         run: any of {list(TRACKERS)}; [] = none. Each needs ``pip install unirl[<name>]`` there."""))

@@ -20,6 +20,7 @@ TRAJECTORIES = "trajectories.jsonl"
 METRICS = "metrics.jsonl"
 EVAL = "eval.jsonl"
 SUMMARY = "summary.json"
+PARITY = "parity.json"  # the recipe's parity certificate on the run's backend (unirl.backend.parity)
 CURVES = "curves.png"
 
 

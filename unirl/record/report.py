@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from unirl.errors import UnirlError
-from unirl.record.layout import EVAL, MANIFEST, METRICS, PLAN, SUMMARY, read_jsonl
+from unirl.record.layout import EVAL, MANIFEST, METRICS, PARITY, PLAN, SUMMARY, read_jsonl
 from unirl.record.trajectory_log import COMPRESSED, PLAIN, existing
 
 RUN_FILES = (MANIFEST, SUMMARY, METRICS, PLAN, PLAIN, COMPRESSED)
@@ -261,6 +261,7 @@ pre, td.text { font: 12px/1.35 ui-monospace, monospace; white-space: pre-wrap; w
 td.text { max-width: 48em; } tr.failed td { background: #fff1f0; } .error { color: #a8071a; }
 img.curves { max-width: 100%; height: auto; border: 1px solid #eee; }
 .missing, .note { color: #777; } .state-completed { color: #237804; } .state-failed { color: #a8071a; }
+.verdict-equal { color: #237804; } .verdict-design { color: #ad6800; } .verdict-mismatch { color: #a8071a; }
 details > summary { cursor: pointer; color: #444; }
 """
 
@@ -362,6 +363,7 @@ def run_report(run_dir: Path, curves: bytes | None) -> str:
         parts += ["<h2>Held-out evaluation</h2>",
                   f'<table id="evals"><tr><th>step</th><th>accuracy</th><th>solved</th><th>mean reward</th></tr>'
                   f"{rows}</table>"]
+    parts += parity_section(read_json(run_dir / PARITY))
     parts.append("<h2>Trajectories</h2>")
     if not records:
         parts.append('<p class="missing">no trajectories recorded (logging.trajectories=false, or none yet)</p>')
@@ -370,6 +372,25 @@ def run_report(run_dir: Path, curves: bytes | None) -> str:
     parts += ["<h2>Manifest and plan</h2>", json_block("manifest.json", manifest, "manifest"),
               json_block("plan.json", plan, "plan")]
     return page(f"unirl report: {run_dir.name}", "\n".join(parts))
+
+
+def parity_section(parity: dict[str, Any]) -> list[str]:
+    """The run's parity certificate (parity.json): each quantity's verdict against the recipe's meaning."""
+    if not parity:
+        return []
+    head = ["<h2>Parity certificate</h2>"]
+    if "error" in parity:
+        return [*head, f'<p class="missing">no certificate: {esc(parity["error"])}</p>']
+    rows = "".join(f'<tr><td>{esc(r["framework"])}</td><td>{esc(r["quantity"])}</td>'
+                   f'<td class="num">{esc(number(r["max_rel_diff"], 8))}</td>'
+                   f'<td class="verdict-{esc(r["verdict"])}">{esc(r["verdict"])}</td><td>{esc(r["reason"])}</td></tr>'
+                   for r in parity.get("rows", []))
+    missing = "".join(f'<p class="note">not certified: {esc(item["framework"])}: {esc(item["why"])}</p>'
+                      for item in parity.get("not_certified", []))
+    return [*head, '<p class="note">the backend\'s own advantage and loss code on a frozen batch of this recipe, '
+            "against the recipe's meaning (<code>unirl parity</code>)</p>",
+            '<table id="parity"><tr><th>backend</th><th>quantity</th><th>max rel diff</th><th>verdict</th>'
+            f"<th>why</th></tr>{rows}</table>", missing]
 
 
 def multirun_report(sweep_dir: Path, rows: Sequence[dict[str, Any]], configurations: Sequence[dict[str, Any]],

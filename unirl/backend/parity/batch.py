@@ -57,6 +57,8 @@ class FrozenBatch:
     ref_logp: list[list[float]]
     entropy: list[list[float]]
     group_size: int
+    values: list[list[float]] = field(default_factory=list)
+    """[B][T] a critic's value estimates (for PPO's GAE): the reward's scale, seeded."""
     truncated: list[bool] = field(default_factory=list)
     """Completions cut at the token limit (no end-of-sequence token)."""
     notes: list[str] = field(default_factory=list)
@@ -82,7 +84,8 @@ class FrozenBatch:
 
         return Tensors(rewards=t(self.rewards), group=torch.tensor(self.group, dtype=torch.long), mask=t(self.mask),
                        logp=t(self.logp), old_logp=t(self.old_logp), ref_logp=t(self.ref_logp),
-                       entropy=t(self.entropy))
+                       entropy=t(self.entropy), values=t(self.values) if self.values else t(self.mask) * 0,
+                       truncated=torch.tensor(self.truncated, dtype=torch.bool) if self.truncated else None)
 
     def save(self, path: Path) -> Path:
         import json
@@ -158,6 +161,7 @@ def build(recipe: Recipe, rewards: RewardRuntimeSpec, *, seed: int | None = None
     old_logp = [[lp - math.log(r) for lp, r in zip(row_lp, row_r, strict=True)] for row_lp, row_r in
                 zip(logp, ratios, strict=True)]
     ref_logp = [[lp + rng.gauss(0.0, 0.3) for lp in row_lp] for row_lp in logp]
+    values = [[rng.uniform(-0.5, 1.5) for _ in range(width)] for _ in completion_ids]
     with RewardExecutor(rewards) as executor:
         scored = executor.score([Sample(prompt=p, completion=c, reference=r, truncated=bool(ids and ids[-1] != eos),
                                         completion_tokens=len(ids))
@@ -173,7 +177,7 @@ def build(recipe: Recipe, rewards: RewardRuntimeSpec, *, seed: int | None = None
     return FrozenBatch(seed=seed, prompts=prompts, completions=completions, prompt_ids=prompt_ids,
                        completion_ids=completion_ids, group=group, rewards=totals, mask=mask,
                        logp=masked(logp, mask), old_logp=masked(old_logp, mask), ref_logp=masked(ref_logp, mask),
-                       entropy=masked(entropy, mask), group_size=size,
+                       entropy=masked(entropy, mask), values=masked(values, mask), group_size=size,
                        truncated=[not ids or ids[-1] != eos for ids in completion_ids], notes=notes)
 
 

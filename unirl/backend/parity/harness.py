@@ -57,7 +57,14 @@ def number(value: Any) -> float | None:
 
 def main(compute: Callable[[dict[str, Any], FrozenBatch], dict[str, Any]]) -> None:
     """Read the payload from stdin, run ``compute(plan, batch)``, print its result (or why there is none)."""
-    payload = json.loads(sys.stdin.read())
+    result = answer(compute, json.loads(sys.stdin.read()))
+    sys.stdout.write("\n" + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def answer(compute: Callable[[dict[str, Any], FrozenBatch], dict[str, Any]], payload: dict[str, Any]
+           ) -> dict[str, Any]:
+    """``compute``'s result on ``payload``, or why there is none (refused, not certified, the code's failure)."""
     batch = FrozenBatch.from_dict(payload["batch"])
     try:
         result = compute(payload, batch)
@@ -67,5 +74,4 @@ def main(compute: Callable[[dict[str, Any], FrozenBatch], dict[str, Any]]) -> No
         result = {"not_certified": str(exc)}
     except Exception:  # the backend's code failed on the batch: a result the certificate shows, not a crash
         result = {"error": traceback.format_exc()[-3000:]}
-    sys.stdout.write("\n" + json.dumps(result) + "\n")
-    sys.stdout.flush()
+    return result

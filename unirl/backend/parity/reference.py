@@ -3,14 +3,18 @@ backend's own numbers to, and the one the docs cite. It never trains.
 
 One update's numbers, in order:
 
-1. **Token rewards.** Each completion's total reward (the recipe's rewards, weighted; ``reward_clip`` clips it to
-   [-c, c]) sits on its last token. With ``kl_coef > 0`` and ``kl_placement=reward``, every token also gets
-   ``-kl_coef x KL_t`` of the policy that sampled it against the reference policy (``kl_estimator``).
+1. **Token rewards.** Each completion's total reward (the recipe's rewards, weighted; with ``overlong_buffer = b``,
+   minus DAPO's soft punishment ``min(max(0, length - (max_new_tokens - b)), b) / b x overlong_penalty``; then
+   ``reward_clip`` clips it to [-c, c]) sits on its last token. With ``kl_coef > 0`` and ``kl_placement=reward``,
+   every token also gets ``-kl_coef x KL_t`` of the policy that sampled it against the reference policy
+   (``kl_estimator``).
 2. **Advantages.** With a group baseline (``group_mean``: the group's mean, the completion itself included;
    ``leave_one_out``: the mean of the group's other completions) a completion's return (its token rewards summed) minus
    the baseline, divided by ``advantage_norm`` (``group``: the group's standard deviation of returns; ``batch``: the
    step's; Bessel-corrected, plus a small epsilon), the same for all its tokens; ``batch_whiten`` instead whitens the
    broadcast advantages over every token of the step (minus the token mean, over the token standard deviation).
+   With a critic (PPO), GAE over the token rewards and the critic's values (``algorithm.critic.gamma``,
+   ``gae_lambda``), whitened the same way.
    Without a baseline (``none``, REINFORCE++) each token's advantage is its return to go (the rewards from it to the
    end), whitened over the step's tokens when ``advantage_norm=batch_whiten``.
 3. **Ratio.** ``importance_sampling_level=token``: per token, ``exp(log pi - log pi_old)``; ``sequence`` (GSPO): per
@@ -18,9 +22,10 @@ One update's numbers, in order:
    token through the mean).
 4. **Clipped objective, per token.** ``max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high))``; with ``dual_clip = c``,
    for ``A < 0`` at most ``-c A`` (Ye et al. 2020).
-5. **Aggregation.** ``token_mean``: over every token of the batch; ``seq_mean_token_mean``: per completion over its
-   tokens, then over completions; ``seq_mean_token_sum_norm``: per completion summed, averaged over completions,
-   divided by ``loss_normalizer`` (``max_new_tokens`` when null: Dr. GRPO).
+5. **Aggregation** (with ``overlong_filter``, over the completions that ended: truncated ones are left out).
+   ``token_mean``: over every token of the batch; ``seq_mean_token_mean``: per completion over its tokens, then over
+   completions; ``seq_mean_token_sum_norm``: per completion summed, averaged over completions, divided by
+   ``loss_normalizer`` (``max_new_tokens`` when null: Dr. GRPO).
 6. **KL in the loss.** With ``kl_placement=loss``: ``kl_coef`` times the same aggregation of the per-token KL of the
    current policy against the reference.
 7. **Entropy.** ``- entropy_coef`` times the same aggregation of the per-token entropy.
@@ -31,7 +36,7 @@ it always uses) is a :class:`Semantics` field a design difference changes (``uni
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -59,6 +64,17 @@ class Semantics:
     loss_normalizer: int
     entropy_coef: float
     reward_clip: float | None = None
+    max_new_tokens: int = 0
+    overlong_buffer: int | None = None
+    """DAPO's soft overlong punishment: a completion longer than ``max_new_tokens - overlong_buffer`` tokens loses
+    ``(length - (max_new_tokens - buffer)) / buffer x overlong_penalty`` reward (None: no shaping)."""
+    overlong_penalty: float = 1.0
+    overlong_filter: bool = False
+    """Truncated completions are left out of the loss (their advantages still count in their group's statistics)."""
+    gamma: float = 1.0
+    """The critic's discount (``algorithm.critic.gamma``; GAE only)."""
+    gae_lambda: float = 1.0
+    """GAE's lambda (``algorithm.critic.gae_lambda``)."""
     # -- how the reference computes what the recipe does not say (a backend's design difference may change these)
     std_eps: float = 1e-6
     """Added to a standard deviation before dividing by it (group and batch normalisation)."""
@@ -75,6 +91,14 @@ class Semantics:
     and each token then adds ``-kl_coef x`` its KL to go (OpenRLHF)."""
     whiten_unbiased: bool = True
     """Whitening divides by the Bessel-corrected variance (False: by the biased one)."""
+    ratio_per_completion: bool = False
+    """One importance ratio per completion, the product of its tokens' (exp of the summed log-ratio), clipped once;
+    the loss the mean over completions of that ratio times the advantage (TRL's RLOOTrainer). The clip fraction is
+    then a fraction of completions."""
+    group_rows: bool = False
+    """Group statistics reduced row-wise over the rewards laid out as [groups, G] (OpenRLHF, TRL) rather than over
+    each group's own vector (verl). The same numbers in exact arithmetic; in float32 the two reductions may round the
+    mean differently, which a tiny std + eps then amplifies."""
     precision: str = "float64"
     """The arithmetic of advantages and loss: the reference's is exact enough that a group of equal rewards has
     advantages of exactly 0; a backend computing in float32 gets rounding there (a design difference)."""
@@ -89,7 +113,10 @@ class Semantics:
             dual_clip=None if a.dual_clip is None else float(a.dual_clip),
             importance_sampling_level=a.importance_sampling_level, loss_aggregation=a.loss_aggregation,
             loss_normalizer=int(a.loss_normalizer or a.max_new_tokens), entropy_coef=float(a.entropy_coef),
-            reward_clip=None if a.reward_clip is None else float(a.reward_clip))
+            reward_clip=None if a.reward_clip is None else float(a.reward_clip), gamma=float(a.critic.gamma),
+            gae_lambda=float(a.critic.gae_lambda), max_new_tokens=int(a.max_new_tokens),
+            overlong_buffer=overlong_buffer(a.overlong_buffer, int(a.max_new_tokens)),
+            overlong_penalty=float(a.overlong_penalty), overlong_filter=bool(a.overlong_filter))
 
     def changed(self, **changes: Any) -> Semantics:
         return replace(self, **changes)
@@ -121,9 +148,30 @@ class Tensors:
     """[B, T] the reference policy."""
     entropy: torch.Tensor
     """[B, T] the current policy's per-token entropy."""
+    values: torch.Tensor
+    """[B, T] a critic's value estimates (PPO's GAE)."""
+    truncated: torch.Tensor | None = None
+    """[B] bool: cut at max_new_tokens without an end-of-sequence token (None: none were)."""
+
+
+def overlong_buffer(value: int | str | None, max_new_tokens: int) -> int | None:
+    """``algorithm.overlong_buffer`` as a number of tokens: ``auto`` resolves as the planner does
+    (:func:`unirl.backend.auto._overlong_buffer`: a fifth of max_new_tokens, none when that is under 1 token)."""
+    if value == "auto":
+        return max_new_tokens // 5 or None
+    return int(value) if value else None
 
 
 # -- the pieces ------------------------------------------------------------------------------------------------------
+def overlong_punishment(lengths: torch.Tensor, s: Semantics) -> torch.Tensor:
+    """[B] DAPO's soft overlong punishment of each completion (0 without ``overlong_buffer``; at most
+    ``overlong_penalty`` in size, reached at ``max_new_tokens``)."""
+    if not s.overlong_buffer:
+        return lengths * 0.0
+    exceed = (lengths - (s.max_new_tokens - s.overlong_buffer)).clamp(0, s.overlong_buffer)
+    return -exceed / s.overlong_buffer * s.overlong_penalty
+
+
 def kl_per_token(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
     """KL(pi || pi_ref) per token, from the sampled tokens' log-probabilities (Schulman's k1, k2, k3)."""
     import torch
@@ -163,7 +211,8 @@ def token_rewards(t: Tensors, s: Semantics) -> torch.Tensor:
     reward (of the policy that sampled the batch)."""
     import torch
 
-    rewards = t.rewards if s.reward_clip is None else t.rewards.clamp(-s.reward_clip, s.reward_clip)
+    rewards = t.rewards + overlong_punishment(t.mask.sum(-1), s)
+    rewards = rewards if s.reward_clip is None else rewards.clamp(-s.reward_clip, s.reward_clip)
     last = (t.mask.sum(-1).long() - 1).clamp(min=0)
     out = torch.zeros_like(t.mask)
     out[torch.arange(len(rewards)), last] = rewards.to(out.dtype)
@@ -177,6 +226,13 @@ def advantages(t: Tensors, s: Semantics) -> torch.Tensor:
     import torch
 
     per_token = token_rewards(t, s)
+    if s.advantage_baseline == "critic":
+        gae = generalized_advantages(per_token, t.values * t.mask, t.mask, s.gamma, s.gae_lambda)
+        if s.advantage_norm == "batch_whiten":
+            return whiten(gae, t.mask, s.whiten_eps, s.whiten_unbiased)
+        if s.advantage_norm == "none":
+            return gae
+        raise ValueError(f"advantage_norm={s.advantage_norm!r} with a critic: batch_whiten or none")
     if s.advantage_baseline == "none":
         to_go = per_token.flip(-1).cumsum(-1).flip(-1) * t.mask
         if s.advantage_norm == "batch_whiten":
@@ -195,7 +251,13 @@ def advantages(t: Tensors, s: Semantics) -> torch.Tensor:
     returns = per_token.sum(-1)
     centred = torch.empty_like(returns)
     scale = torch.ones_like(returns)
-    for g in t.group.unique():  # type: ignore[no-untyped-call]
+    by_rows = s.group_rows and s.advantage_baseline == "group_mean"
+    if by_rows:
+        rows = grouped_rows(returns, t.group)
+        centred = (rows - rows.mean(-1, keepdim=True)).reshape(-1)
+        if s.advantage_norm == "group":
+            scale = (rows.std(-1, keepdim=True) + s.std_eps).expand_as(rows).reshape(-1)
+    for g in [] if by_rows else t.group.unique():  # type: ignore[no-untyped-call]
         members = t.group == g
         r = returns[members]
         n = r.numel()
@@ -212,6 +274,32 @@ def advantages(t: Tensors, s: Semantics) -> torch.Tensor:
     if s.advantage_norm == "batch_whiten":
         return whiten(broadcast, t.mask, s.whiten_eps, s.whiten_unbiased)
     return broadcast
+
+
+def grouped_rows(values: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """``values`` as [groups, G]: the batch's groups must be consecutive and of one size (as every backend lays out
+    a step's completions)."""
+    sizes = group.unique_consecutive(return_counts=True)[1]  # type: ignore[no-untyped-call]
+    if len(sizes) != len(group.unique()) or len(set(sizes.tolist())) != 1:  # type: ignore[no-untyped-call]
+        raise ValueError("group_rows needs consecutive groups of one size")
+    return values.reshape(len(sizes), -1)
+
+
+def generalized_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
+                           lam: float) -> torch.Tensor:
+    """GAE (Schulman et al. 2016): delta_t = r_t + gamma V_{t+1} - V_t, A_t = delta_t + gamma lambda A_{t+1}, with
+    V past a completion's end taken as 0."""
+    import torch
+
+    width = rewards.shape[-1]
+    out = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for step in reversed(range(width)):
+        following = values[:, step + 1] if step + 1 < width else torch.zeros_like(running)
+        delta = rewards[:, step] + gamma * following - values[:, step]
+        running = delta + gamma * lam * running
+        out[:, step] = running
+    return out * mask
 
 
 @dataclass
@@ -231,6 +319,10 @@ def loss_parts(t: Tensors, adv: torch.Tensor, s: Semantics) -> LossParts:
     """Steps 3 to 7 on ``t.logp`` (keep it a leaf that requires grad to read the gradient)."""
     import torch
 
+    if s.overlong_filter and t.truncated is not None:
+        t = replace(t, mask=t.mask * (~t.truncated).unsqueeze(-1))
+    if s.ratio_per_completion:
+        return completion_ratio_loss(t, adv, s)
     log_ratio = t.logp - t.old_logp
     if s.importance_sampling_level == "token":
         ratio = torch.exp(log_ratio)
@@ -264,6 +356,20 @@ def loss_parts(t: Tensors, adv: torch.Tensor, s: Semantics) -> LossParts:
     return LossParts(loss, pg_loss, kl_term, entropy_term, clip_fraction, dual_fraction)
 
 
+def completion_ratio_loss(t: Tensors, adv: torch.Tensor, s: Semantics) -> LossParts:
+    """The loss of :attr:`Semantics.ratio_per_completion`: ``mean_i max(-A_i r_i, -A_i clip(r_i))`` with
+    ``r_i = exp(sum_t log pi / pi_old)`` and ``A_i`` the completion's advantage (its tokens share it)."""
+    import torch
+
+    ratio = torch.exp(((t.logp - t.old_logp) * t.mask).sum(-1))
+    per_completion = (adv * t.mask).sum(-1) / t.mask.sum(-1).clamp(min=1)
+    plain = -per_completion * ratio
+    clipped = -per_completion * ratio.clamp(1 - s.clip_low, 1 + s.clip_high)
+    pg_loss = torch.maximum(plain, clipped).mean()
+    clip_fraction = (clipped > plain).float().mean()
+    return LossParts(pg_loss, pg_loss, None, None, clip_fraction, None)
+
+
 def quantities(t: Tensors, s: Semantics, adv_for_loss: Any = None) -> dict[str, Any]:
     """Every certified quantity of the reference, as plain numbers: ``advantages`` [B][T], ``loss``, ``grad`` (d loss
     / d log pi per token, [B][T]), ``kl_term``, ``clip_fraction``, ``dual_clip_fraction``, computed in
@@ -272,8 +378,8 @@ def quantities(t: Tensors, s: Semantics, adv_for_loss: Any = None) -> dict[str, 
     import torch
 
     dtype = getattr(torch, s.precision)
-    t = Tensors(*(x.to(dtype) if x.is_floating_point() else x for x in
-                  (t.rewards, t.group, t.mask, t.logp, t.old_logp, t.ref_logp, t.entropy)))
+    t = Tensors(**{f.name: x.to(dtype) if x is not None and x.is_floating_point() else x
+                   for f in fields(t) for x in [getattr(t, f.name)]})
     adv = advantages(t, s)
     logp = t.logp.detach().clone().requires_grad_(True)
     used = adv if adv_for_loss is None else torch.as_tensor(adv_for_loss, dtype=dtype)

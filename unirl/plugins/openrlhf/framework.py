@@ -315,7 +315,12 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.reward_clip", "reward.clip_range",
             lambda r: [-r.algorithm.reward_clip, r.algorithm.reward_clip] if r.algorithm.reward_clip
             else NO_REWARD_CLIP, "null sends a range no reward reaches: OpenRLHF clips to [-10, 10] by default "
-                                 "(experience_maker.py:289)", native_default=[-10, 10], inverse=reward_clip_from),
+                                 "(experience_maker.py:289)", native_default=[-10, 10], inverse=reward_clip_from,
+            # compute_reward clips what it is given: after group_norm, rloo and dr_grpo that is the baselined,
+            # normalised reward (experience_maker.py:268-289), so it would clip advantages, not rewards (unirl parity)
+            supported=lambda r: r.algorithm.reward_clip is None or r.algorithm.advantage_baseline in ("none", "critic"),
+            supported_text="null, or a clip with advantage_baseline none or critic: with a group baseline OpenRLHF "
+                           "clips the baselined, normalised reward (experience_maker.py:268-289), not the reward"),
     Mapping("algorithm.dynamic_sampling", "(no std-based dynamic sampling)", lambda r: False, allowed=(False,),
             supported_text="false: OpenRLHF's --algo.dynamic_filtering_enable keeps a group when its mean reward is "
                            "strictly inside --algo.dynamic_filtering_range (samples_generator.py:168-177), not when "
@@ -506,7 +511,7 @@ def parity_designs(recipe: Recipe) -> list[Design]:
             "std + 1e-9 in float32", "group_norm divides by the group's std + 1e-9 in float32 "
             "(experience_maker.py:273-274): a group of equal rewards that binary cannot hold exactly gets advantages "
             "of one rounding unit / 1e-9, about +-100 for rewards near 1, instead of 0", ("advantages",),
-            {"std_eps": 1e-9, "precision": "float32"}))
+            {"std_eps": 1e-9, "precision": "float32", "group_rows": True}))
     a = recipe.algorithm
     if a.kl_coef > 0 and a.kl_placement == "reward" and a.advantage_baseline in ("group_mean", "leave_one_out"):
         designs.append(Design("KL added after the baseline", "the group baseline and normalisation use the outcome "

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from unirl.backend.parity.batch import FrozenBatch
-from unirl.backend.parity.harness import Refused, gradient, leaf, main, number
+from unirl.backend.parity.harness import gradient, leaf, main, number
 
 
 def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
@@ -42,8 +42,6 @@ def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
 
     plan = payload["plan"]
     args, _ = validate([a.replace("{run_dir}", "/nonexistent-run-dir") for a in plan["command"][3:]])
-    if args.algo.advantage.estimator == "gae":
-        raise Refused("gae needs a critic's values; the frozen batch has none")
     if args.rollout.n_samples_per_prompt != batch.group_size:
         args.rollout.n_samples_per_prompt = batch.group_size  # the batch's groups (at most 8)
     t = leaf(batch)
@@ -58,7 +56,7 @@ def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
         kl = torch.zeros_like(t.old_logp)
     lengths = t.mask.sum(-1)
     experience = Experience(rewards=t.rewards.clone(), index=list(range(len(batch.rewards))), action_mask=mask,
-                            kl=kl, response_length=lengths,
+                            kl=kl, response_length=lengths, values=t.values * t.mask,
                             truncated=torch.tensor(batch.truncated or [False] * len(batch.rewards)),
                             info={})
     maker = RemoteExperienceMaker.__new__(RemoteExperienceMaker)

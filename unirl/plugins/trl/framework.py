@@ -542,7 +542,14 @@ def parity_designs(recipe: Recipe) -> list[Design]:
             "std + 1e-4 in float32", "GRPOTrainer divides the centred rewards by their std + 1e-4 "
             "(grpo_trainer.py:2785-2787) in float32, so a group of equal rewards that binary cannot hold exactly gets "
             "advantages of about one rounding unit / 1e-4 instead of 0", ("advantages",),
-            {"std_eps": 1e-4, "precision": "float32"}))
+            {"std_eps": 1e-4, "precision": "float32", "group_rows": True}))
+    if trainer_of(recipe) == "rloo":
+        designs.append(Design(
+            "one ratio per completion, tokens summed", "RLOOTrainer's loss is the mean over completions of "
+            "-min(r A, clip(r) A) with r the product of the completion's token ratios (rloo_trainer.py:1818-1833): "
+            "with ratios of 1 (one update per step, which the plan requires) its gradient is token_mean's times "
+            "the batch's mean completion length, a larger step the learning rate does not undo",
+            ("loss", "grad", "clip_fraction"), {"ratio_per_completion": True}))
     if recipe.algorithm.entropy_coef and recipe.algorithm.loss_aggregation != "token_mean":
         designs.append(Design("entropy as a token mean", "TRL's entropy bonus is a token mean whatever loss_type "
                               "aggregates the loss (grpo_trainer.py:3184-3196)", ("loss",),
@@ -660,11 +667,13 @@ class TrlFramework:
 
         args = launch_args(plan)
         overrides = (plan.recipe.get("framework") or {}).get("overrides") or {}
-        for key, value in args.items():
-            wrong = wrong_type(config_class, key, value)
-            if wrong:
-                field_name = f"framework.overrides.{key}" if key in overrides else f"{config_class.__name__}.{key}"
-                raise FieldError(field_name, value, f"{wrong} ({config_class.__name__}.{key}'s type)")
+        # Only the user's native values are type-checked: the annotations are narrower than what the configs accept
+        # (GRPOConfig.fsdp is annotated str | None, and transformers itself sets it to True).
+        for key in overrides:
+            wrong = wrong_type(config_class, key, args.get(key))
+            if key in args and wrong:
+                raise FieldError(f"framework.overrides.{key}", args[key], f"{wrong} ({config_class.__name__}.{key}'s "
+                                 "type)")
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 config_class(output_dir=tmp, **args)

@@ -16,13 +16,15 @@ Run in TRL's interpreter (see :mod:`unirl.backend.parity.harness` for the protoc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from unirl.backend.parity.batch import PROBE_MODEL, FrozenBatch
-from unirl.backend.parity.harness import NotCertified, gradient, leaf, main
+from unirl.backend.parity.harness import gradient, leaf, main
 
 
 def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
@@ -50,7 +52,14 @@ def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
     args["gradient_accumulation_steps"] = 1
     args.pop("steps_per_generation", None)
     args.pop("generation_batch_size", None)
-    args.pop("reward_weights", None)  # one reward column: the batch's total, the weighted sum the recipe's rewards make
+    # one reward column for the recipe's rewards (the batch's total: the weighted sum they make), then TRL's own
+    # reward functions the plan adds (the soft overlong punishment) with their weights from the plan
+    from unirl.plugins.trl.runner import trl_reward_funcs
+
+    own = trl_reward_funcs(plan)
+    weights = list(args.pop("reward_weights", None) or [])
+    if own:
+        args["reward_weights"] = [1.0, *weights[len(weights) - len(own):]]
     rewards = list(batch.rewards)
 
     def reward(prompts: list[Any], completions: list[Any], **_: Any) -> list[float]:
@@ -61,42 +70,61 @@ def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
         return {"prompt_ids": [list(p) for p in batch.prompt_ids],
                 "completion_ids": [list(c) for c in batch.completion_ids], "logprobs": None}
 
-    if trainer_class.__name__ != "GRPOTrainer":
-        raise NotCertified(f"TRL's {trainer_class.__name__} takes no rollout hook (rollout_func is GRPOTrainer's), "
-                           "so its advantages cannot be computed on a given batch")
-    hooks = {"rollout_func": rollout}
-    with tempfile.TemporaryDirectory() as out:
+    grpo = trainer_class.__name__ == "GRPOTrainer"
+    hooks = {"rollout_func": rollout} if grpo else {}
+    with tempfile.TemporaryDirectory() as out, quiet_transformers():
         # saved and loaded by path, as a run loads its model: TRL loads the reference model (beta > 0) from it
         model_dir = tiny_model.save(PROBE_MODEL, batch.seed, Path(out) / "model")
         model = AutoModelForCausalLM.from_pretrained(model_dir)
         tok = AutoTokenizer.from_pretrained(model_dir)
         config = config_class(output_dir=out, **args)
         prompts = [batch.prompts[i] for i in range(0, len(batch.prompts), batch.group_size)]
-        trainer = trainer_class(model=model, reward_funcs=[reward], args=config, processing_class=tok,
+        trainer = trainer_class(model=model, reward_funcs=[reward, *own], args=config, processing_class=tok,
                                 train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]), **hooks)
         model.train()
         trainer.current_gradient_accumulation_steps = 1
-        inputs = [{"prompt": p} for p in batch.prompts]
-        generated = trainer._generate_and_score_completions(inputs)
         t = leaf(batch)
+        phase = ["generation"]
+
+        def batch_logps(used: Any, *_: Any, **__: Any) -> tuple[Any, Any, None]:
+            """The batch's log-probabilities wherever the trainer would run a model: the sampling and the reference
+            policy's while it scores completions (RLOOTrainer puts their KL in the reward), the current policy's in
+            the loss."""
+            if phase[0] == "loss":
+                return t.logp, t.entropy, None
+            return (t.ref_logp if used is trainer.ref_model else t.old_logp), t.entropy.detach(), None
+
+        trainer._get_per_token_logps_and_entropies = batch_logps
+        if not grpo:
+            # RLOOTrainer has no rollout hook: its one generation call, on this instance, returns the batch's ids
+            trainer._generate_single_turn = lambda *_: [list(c) for c in batch.completion_ids]
+        generated = trainer._generate_and_score_completions([{"prompt": p} for p in batch.prompts])
         mask = generated["completion_mask"].float()
-        if mask.shape != t.mask.shape or not torch.equal(mask, t.mask):
+        expected = t.mask
+        if getattr(config, "mask_truncated_completions", False) and t.truncated is not None:
+            expected = t.mask * (~t.truncated).unsqueeze(-1)  # TRL leaves truncated completions out of the loss
+        if mask.shape != expected.shape or not torch.equal(mask, expected):
             raise RuntimeError("TRL's completion mask differs from the batch's (end-of-sequence handling)")
         advantages = generated["advantages"]
         per_token_adv = (advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages) * t.mask
+        reference = torch.tensor(payload["advantages"], dtype=torch.float32)
+        phase[0] = "loss"
 
         def loss_with(beta: float) -> Any:
-            inputs_ = dict(generated)
-            inputs_["advantages"] = torch.tensor(payload["advantages"], dtype=torch.float32)
-            inputs_["old_per_token_logps"] = t.old_logp
-            inputs_["ref_per_token_logps"] = t.ref_logp
+            inputs = dict(generated)
+            if grpo:
+                inputs["advantages"] = reference
+                inputs["old_per_token_logps"] = t.old_logp
+                inputs["ref_per_token_logps"] = t.ref_logp
+            else:  # one advantage and one summed log-probability per completion (rloo_trainer.py:1818-1822)
+                inputs["advantages"] = reference[:, 0]
+                inputs["old_logps"] = (t.old_logp * t.mask).sum(1)
             trainer.beta = beta
-            trainer._get_per_token_logps_and_entropies = lambda *a, **k: (t.logp, t.entropy, None)
-            return trainer._compute_loss(model, inputs_)
+            return trainer._compute_loss(model, inputs)
 
         beta = float(trainer.beta)
         kl_term = None
-        if beta:
+        if beta and grpo:  # RLOOTrainer's KL is in the reward, not the loss
             kl_term = float(loss_with(beta).detach()) - float(loss_with(0.0).detach())
         trainer._metrics["train"].clear()
         loss = loss_with(beta)
@@ -107,6 +135,25 @@ def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
                 "notes": [f"{trainer_class.__name__}: loss_type={getattr(trainer, 'loss_type', None)}, "
                           f"scale_rewards={getattr(config, 'scale_rewards', None)}, beta={beta}, "
                           f"importance_sampling_level={getattr(config, 'importance_sampling_level', None)}"]}
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """No progress bars or deprecation warnings from transformers on the user's terminal while the harness saves and
+    loads its probe model: the certificate is what ``unirl parity`` prints."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ Run in verl's interpreter (see :mod:`unirl.backend.parity.harness` for the proto
 the plan gives verl: its shipped ``ppo_trainer`` config composed with the plan's own overrides (as ``native_check``
 composes it), then:
 
+- **rewards** through the plan's reward manager from verl's registry (DAPO's adds the overlong punishment), with a
+  ``compute_score`` that returns the batch's reward of each completion;
 - **advantages** as verl 0.9.1's V1 trainer computes them (``verl/trainer/ppo/v1/trainer_base.py:1743-1790``
   ``_compute_advantage``): the reward on the last token as ``token_level_scores``, ``apply_kl_penalty`` with verl's
   KL controller when ``algorithm.use_kl_in_reward`` (``ray_trainer.py:78-118``), then ``compute_advantage``
@@ -47,11 +49,15 @@ def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
     size, width = t.mask.shape
     lengths = t.mask.sum(-1).long()
 
+    # -- rewards: the plan's reward manager (DAPO's adds the overlong punishment) on the batch's scores -----------
+    rewards, manager = shaped_rewards(cfg, batch, t)
+
     # -- advantages: the V1 trainer's _compute_advantage ---------------------------------------------------------
     scores = torch.zeros(size, width)
-    scores[torch.arange(size), lengths - 1] = t.rewards
+    scores[torch.arange(size), lengths - 1] = rewards
     data = DataProto.from_dict(tensors={"response_mask": t.mask, "token_level_scores": scores,
-                                        "old_log_probs": t.old_logp, "ref_log_prob": t.ref_logp},
+                                        "old_log_probs": t.old_logp, "ref_log_prob": t.ref_logp,
+                                        "values": t.values * t.mask},
                                non_tensors={"uid": np.array([f"p{g}" for g in batch.group], dtype=object)})
     algorithm = cfg.algorithm
     if algorithm.use_kl_in_reward:
@@ -94,9 +100,54 @@ def compute(payload: dict[str, Any], batch: FrozenBatch) -> dict[str, Any]:
     return {"version": verl.__version__, "advantages": (advantages * t.mask).tolist(), "loss": float(loss.detach()),
             "grad": gradient(t), "kl_term": kl_term, "clip_fraction": number(metrics.get("actor/pg_clipfrac")),
             "dual_clip_fraction": number(metrics.get("actor/pg_clipfrac_lower")) if dual else None,
-            "notes": [f"adv_estimator={algorithm.adv_estimator}, use_kl_in_reward={algorithm.use_kl_in_reward}, "
+            "notes": [f"reward manager {manager}, adv_estimator={algorithm.adv_estimator}, "
+                      f"use_kl_in_reward={algorithm.use_kl_in_reward}, "
                       f"loss_mode={actor.policy_loss.get('loss_mode', 'vanilla')}, "
                       f"loss_agg_mode={actor.loss_agg_mode}, use_kl_loss={actor.use_kl_loss}"]}
+
+
+def shaped_rewards(cfg: Any, batch: FrozenBatch, t: Any) -> tuple[Any, str]:
+    """Each completion's reward as verl's reward loop hands it to the trainer: the plan's reward manager
+    (``reward.reward_manager.name``, from verl's own registry, ``experimental/reward_loop/reward_manager``) runs on
+    every completion with a ``compute_score`` that returns the batch's reward for it (the recipe's rewards, already
+    applied by unirl's runtime), so whatever the manager adds (DAPO's overlong punishment, dapo.py:108-117) is
+    verl's own arithmetic."""
+    import asyncio
+
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+
+    from unirl.data.builtin.tiny_model import build_tokenizer
+
+    settings = cfg.reward.reward_manager
+    if settings.get("source", "register") != "register":
+        raise RuntimeError(f"reward.reward_manager.source={settings.source!r}: the harness runs registered managers")
+    rewards = list(batch.rewards)
+
+    def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any],
+                      **_: Any) -> float:
+        return rewards[int(extra_info["unirl_index"])]
+
+    manager = get_reward_manager_cls(settings.name)(cfg, build_tokenizer(), compute_score)
+    width = t.mask.shape[1]
+    items = []
+    for i, ids in enumerate(batch.completion_ids):
+        attention = torch.cat([torch.ones(1, 1, dtype=torch.long), t.mask[i: i + 1].long()], dim=1)
+        items.append(DataProto.from_dict(
+            tensors={"prompts": torch.ones(1, 1, dtype=torch.long),
+                     "responses": torch.tensor([ids + [0] * (width - len(ids))]),
+                     "attention_mask": attention},
+            non_tensors={"data_source": np.array(["unirl"], dtype=object),
+                         "reward_model": np.array([{"ground_truth": ""}], dtype=object),
+                         "extra_info": np.array([{"unirl_index": i}], dtype=object)}))
+
+    async def score_all() -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(manager.run_single(item) for item in items)))
+
+    results = manager.loop.run_until_complete(score_all())
+    return torch.tensor([float(r["reward_score"]) for r in results]), str(settings.name)
 
 
 if __name__ == "__main__":
