@@ -96,7 +96,7 @@ def test_help_lists_verbs_and_installed_options() -> None:
     assert out.returncode == 0
     assert "plan [--json]" in out.stdout
     assert re.search(r"framework=\{[a-z_,]*trl[a-z_,]*\}", out.stdout)
-    assert "recipe={grpo_math,grpo_tool,gsm8k_grpo,math_grpo}" in out.stdout  # the shipped recipes, sorted
+    assert "recipe={base,grpo_math,grpo_tool,gsm8k_grpo,math_grpo}" in out.stdout  # the shipped recipes, sorted
 
 
 def test_quiet_keeps_only_warnings_and_errors_on_stderr(isolated: Path) -> None:

@@ -164,9 +164,10 @@ def test_verls_official_math_script_imports_to_a_recipe_that_plans_the_same_conf
         "actor_rollout_ref.actor.fsdp_config.optimizer_offload": False,
         "actor_rollout_ref.ref.fsdp_config.param_offload": True, "trainer.critic_warmup": 0,
         "trainer.logger": ["console", "wandb"], "trainer.project_name": "verl_grpo_example_gsm8k_math",
-        # unirl counts training steps; the script's 15 epochs over its data stay verl's (algorithm.steps is not known)
-        "trainer.total_epochs": 15,
     }
+    # the run's length: 15 passes over the two files, whose rows verl counts where it runs (they are not here)
+    assert (r.algorithm.epochs, r.data.train) == (15, ["$HOME/data/gsm8k/train.parquet",
+                                                       "$HOME/data/math/train.parquet"])
     planned = get_host().frameworks.get("verl").plan(imported.recipe).native_config["overrides"]
     differs = {k for k, v in script.items() if planned.get(k) != v}
     assert differs == set(VERL_SCRIPT_DIFFERS)
@@ -188,13 +189,14 @@ def test_unirl_import_writes_a_recipe_file_and_reports_on_stderr(tmp_path: Path,
     assert main(["import", "verl", str(VERL_SCRIPT), "-o", str(out)]) == 0
     document = yaml.safe_load(out.read_text())
     assert document["framework"]["name"] == "verl"
-    assert document["framework"]["overrides"]["trainer.total_epochs"] == 15
-    assert document["algorithm"]["mini_batches_per_step"] == 4
+    assert "trainer.total_epochs" not in document["framework"]["overrides"]
+    assert document["algorithm"]["epochs"] == 15 and document["algorithm"]["mini_batches_per_step"] == 4
     loaded = recipe_from_dict(document)
     assert loaded.algorithm.prompts_per_step == 1024
     err = capsys.readouterr().err
     assert "actor_rollout_ref.actor.ppo_mini_batch_size -> algorithm.mini_batches_per_step = 4" in err
-    assert "stayed native, in framework.overrides (10)" in err
+    assert "stayed native, in framework.overrides (9)" in err
+    assert "trainer.total_epochs -> algorithm.epochs = 15" in err
     assert "data.train_files = ['$HOME/data/gsm8k/train.parquet', '$HOME/data/math/train.parquet']" in err
 
 

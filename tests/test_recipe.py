@@ -12,7 +12,9 @@ from tests.support.cli import run_cli
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("algorithm.samples_per_prompt=1", ["algorithm.samples_per_prompt=1", "must be >= 2"]),
+        ("algorithm.samples_per_prompt=1", ["algorithm.samples_per_prompt=1", ">= 2 with advantage_baseline='group_mean'",
+                                            "1 only with critic or none"]),
+        ("algorithm.samples_per_prompt=0", ["algorithm.samples_per_prompt=0", "must be >= 1"]),
         ("algorithm.lr=0", ["algorithm.lr=0.0", "must be > 0"]),
         ("algorithm.lr=-1e-3", ["algorithm.lr=-0.001", "must be > 0"]),
         ("algorithm.mini_batches_per_step=3",
@@ -39,7 +41,7 @@ def test_invalid_values_fail_before_any_run_starts(override: str, expected: list
 
 
 def test_every_problem_is_reported_at_once() -> None:
-    out = run_cli("plan", "algorithm.lr=0", "algorithm.samples_per_prompt=1", "algorithm.top_p=0")
+    out = run_cli("plan", "algorithm.lr=0", "algorithm.samples_per_prompt=0", "algorithm.top_p=0")
     assert out.returncode == 2
     assert "3 problem(s)" in out.stderr
 

@@ -45,8 +45,7 @@ def test_every_recipe_field_says_what_it_means() -> None:
 @pytest.mark.parametrize(("recipe", "message"), [
     (with_algorithm(clip_low=1.0), "algorithm.clip_low=1.0: must be in (0, 1)"),
     (with_algorithm(top_p=0.0), "algorithm.top_p=0.0: must be in (0, 1]"),
-    (with_algorithm(samples_per_prompt=1), "algorithm.samples_per_prompt=1: must be >= 2: GRPO compares completions "
-                                           "within a group"),
+    (with_algorithm(samples_per_prompt=0), "algorithm.samples_per_prompt=0: must be >= 1"),
     (with_algorithm(micro_batch_size=0), "algorithm.micro_batch_size=0: must be >= 1, or null"),
     (with_algorithm(steps=10**10), "algorithm.steps=10000000000: must be at most 10000000; is this a typo?"),
     (with_algorithm(kl_estimator="k4"), "algorithm.kl_estimator='k4': one of ['k1', 'k2', 'k3', 'low_var_kl']"),

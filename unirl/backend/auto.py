@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from unirl.backend.environment import count_gpus
 from unirl.backend.plan import AutoValue
+from unirl.data.run_length import epoch_steps
 from unirl.recipe.fields import AUTO, value_at
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
 
@@ -60,6 +61,13 @@ def resolve(recipe: Recipe, framework: Backend) -> Resolution:
         value, why = _first_accepted(recipe, framework, dotted, candidates(recipe, framework))
         recipe = _with(recipe, dotted, value)
         values.append(AutoValue(dotted, value, why))
+    counted = epoch_steps(recipe)
+    if counted is not None and counted.steps >= 1:  # algorithm.epochs over rows counted here: the run's steps
+        recipe = _with(recipe, "algorithm.steps", counted.steps)
+        epochs = int(recipe.algorithm.epochs or 0)
+        values.append(AutoValue("algorithm.steps", counted.steps,
+                                counted.arithmetic(epochs, recipe.algorithm.prompts_per_step),
+                                source=f"algorithm.epochs={epochs}"))
     return Resolution(recipe, tuple(values))
 
 

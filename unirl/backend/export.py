@@ -58,8 +58,8 @@ def canonical_rows(recipe: Recipe, export: DataExport) -> list[CanonicalRow]:
     raw = load_rows(export.source, data, recipe.seed, default_split, key)
     raw = limit(raw, data.train_rows if export.split == "train" else data.eval_rows, recipe.seed)
     if export.rows is not None:
-        raw = list(_cycle(raw, export.rows, recipe.seed))
-    source_name = split_source(export.source)[0]
+        raw = list(_cycle(raw, export.rows, recipe.seed, export.pass_rows))
+    source_name = split_source(export.source)[0] if isinstance(export.source, str) else "data"
     out = []
     for i, row in enumerate(raw):
         out.append(CanonicalRow(
@@ -71,13 +71,15 @@ def canonical_rows(recipe: Recipe, export: DataExport) -> list[CanonicalRow]:
     return out
 
 
-def _cycle(rows: list[dict[str, Any]], n: int, seed: int) -> Iterator[dict[str, Any]]:
-    """``n`` rows: whole passes over ``rows``, each pass in a fresh seeded order."""
+def _cycle(rows: list[dict[str, Any]], n: int, seed: int, pass_rows: int | None = None) -> Iterator[dict[str, Any]]:
+    """``n`` rows: whole passes over ``rows``, each pass in a fresh seeded order (cut to ``pass_rows`` when set)."""
     rng = random.Random(seed)
     produced = 0
     while produced < n:
         order = list(rows)
         rng.shuffle(order)
+        if pass_rows is not None:
+            order = order[:pass_rows]
         yield from order[: n - produced]
         produced += min(len(order), n - produced)
 

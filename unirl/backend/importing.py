@@ -244,6 +244,9 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
                 dropped.setdefault(key, "unirl's reward wiring: name the rewards in the recipe's `rewards`")
 
     fields: dict[str, Any] = dict(given or {})
+    for key, implied in getattr(framework, "import_when_absent", {}).items():
+        if key not in native:  # what leaving the key out means on the backend (OpenRLHF: no eval.dataset, no eval)
+            fields.update(implied)
     origin: dict[str, list[str]] = {}  # recipe field -> the native keys it came from
     # A key the input leaves out has the backend's default in the run it describes: invert that too (not for the
     # paths and names a default stands in for, and not for None: "derived from other keys").
@@ -254,6 +257,7 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
     generic = [(r, inv) for r in table if r.inverse is None and not r.recipe_field.startswith(REWARD_FIELDS)
                for inv in [generic_inverse(r, base, infos.get(r.recipe_field))] if inv is not None]
     failed: dict[str, str] = {}
+    set_by: dict[int, dict[str, Any]] = {}  # what each row's inverse set, undone when its second pass refuses
     # renames and lookups first, then the explicit inverses twice (one may read a field another sets)
     for row, inverter in [*generic, *[(r, r.inverse) for r in explicit], *[(r, r.inverse) for r in explicit]]:
         keys = [k for k in keys_of(row) if k in effective]
@@ -269,7 +273,13 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
             found = inverter(value, view)
         except (ValueError, ZeroDivisionError, TypeError) as exc:
             failed[keys[0]] = str(exc)
+            for name, v in set_by.pop(id(row), {}).items():  # the first pass's answer, read before what refutes it
+                if name in fields and same(fields[name], v):
+                    del fields[name]
+                    origin.pop(name, None)
             continue
+        failed.pop(keys[0], None)
+        set_by[id(row)] = dict(found)
         for name, v in found.items():
             fields[name] = v
             origin.setdefault(name, [])
@@ -354,8 +364,9 @@ def settle(framework: Any, known_rewards: list[str], base: Recipe, fields: dict[
             raise RecipeInvalid(problems, context=f"the recipe imported for {framework.name} (set these fields in "
                                                   "the native configuration, or edit the recipe it writes)")
         for p in mine:
-            report.reset.append((p.field, fields.pop(p.field), p.allowed))
-            origin.pop(p.field, None)
+            if p.field in fields:  # two problems may name one field
+                report.reset.append((p.field, fields.pop(p.field), p.allowed))
+                origin.pop(p.field, None)
     raise UnirlError("the imported recipe does not plan")
 
 

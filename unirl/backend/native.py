@@ -30,6 +30,7 @@ from unirl.backend.environment import (
 )
 from unirl.backend.export import export_path, write_export
 from unirl.backend.plan import BackendEnvironment, DataExport, LaunchPlan, MappedField, in_run_dir
+from unirl.data.run_length import counted_at_launch, epoch_steps
 from unirl.environments.contract import EnvironmentSpec
 from unirl.environments.runtime import ENVIRONMENT_SPEC_ENV, ENVIRONMENT_SPEC_FILE, EnvironmentRuntimeSpec
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
@@ -254,7 +255,13 @@ class NativeFramework:
     def data_exports(self, recipe: Recipe) -> list[DataExport]:
         """The train file holds exactly the prompts of the run, in the seeded order; the eval file every row."""
         fmt = self.export_format
-        data = [DataExport("train", recipe.data.train, fmt, export_path("train", fmt), rows=recipe.prompts_per_run)]
+        counted = epoch_steps(recipe)
+        if counted_at_launch(recipe):  # every row once: the backend makes algorithm.epochs passes over them
+            train = DataExport("train", recipe.data.train, fmt, export_path("train", fmt))
+        else:
+            train = DataExport("train", recipe.data.train, fmt, export_path("train", fmt), rows=recipe.prompts_per_run,
+                               pass_rows=counted.per_pass * recipe.algorithm.prompts_per_step if counted else None)
+        data = [train]
         if recipe.data.eval:
             data.append(DataExport("eval", recipe.data.eval, fmt, export_path("eval", fmt)))
         return data

@@ -39,11 +39,13 @@ class AutoValue:
     field: str
     value: Any
     why: str
+    source: str = "auto"
+    """What the value was resolved from: ``auto``, or another field (``algorithm.epochs=3`` for the steps it makes)."""
 
     def text(self) -> str:
         """``resources.gpus_per_node: auto -> 1 (why)``, as ``unirl plan`` prints it."""
         shown = str(self.value).lower() if isinstance(self.value, bool) else str(self.value)
-        return f"{self.field}: auto -> {shown} ({self.why})"
+        return f"{self.field}: {self.source} -> {shown} ({self.why})"
 
 
 @dataclass
@@ -51,11 +53,14 @@ class DataExport:
     """One data file the launch writes from the recipe's data, in the backend's own format."""
 
     split: str  # train | eval
-    source: str  # the recipe's data.train / data.eval
+    source: str | list[str]  # the recipe's data.train / data.eval (one source or a list)
     format: str  # an exporter name from unirl.backend.export.FORMATS
     path: str  # where it is written, usually under {run_dir}
     rows: int | None = None
     """Exact number of rows to write (cycling through the data, reshuffled each pass); None = every row once."""
+    pass_rows: int | None = None
+    """Rows each pass keeps (``algorithm.epochs``: whole batches, a pass's incomplete last batch dropped as the
+    backends drop it); None = passes run into each other."""
 
 
 @dataclass

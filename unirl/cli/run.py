@@ -113,7 +113,26 @@ def normalise(argv: list[str], frameworks: list[str]) -> list[str]:
                 if name.strip() not in frameworks:
                     raise UnknownName("framework", name.strip(), frameworks)
         out.append(f"{key}={value}" if sep else arg)
-    return out
+    return with_real_defaults(out)
+
+
+REAL_MODEL_RECIPE = "base"
+"""The recipe composed when a command names its own model or data but no recipe: the schema's defaults for a real
+model (recipes/base.yaml), not the embedded toy's (recipes/grpo_math.yaml)."""
+
+
+def with_real_defaults(argv: list[str]) -> list[str]:
+    """``argv`` plus ``recipe=base`` when it sets a non-builtin ``model.path`` or ``data.train`` and names no recipe:
+    the toy's learning rate, schedule, token budget and shaping rewards belong to the toy recipe alone."""
+    keys = {a.partition("=")[0].lstrip("+"): a.partition("=")[2] for a in argv if "=" in a}
+    if "recipe" in keys:
+        return argv
+    own = [k for k in ("model.path", "data.train") if k in keys and not keys[k].startswith("builtin:")]
+    if not own:
+        return argv
+    log.info("no recipe= with %s: unirl's defaults for a real model (recipe=%s), not the embedded toy's settings "
+             "(recipe=grpo_math)", " and ".join(f"{k}={keys[k]}" for k in own), REAL_MODEL_RECIPE)
+    return [*argv, f"recipe={REAL_MODEL_RECIPE}"]
 
 
 def is_multirun(argv: list[str]) -> bool:

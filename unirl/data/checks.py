@@ -9,16 +9,52 @@ from pathlib import Path
 from unirl.data.builtin import arith
 from unirl.data.builtin.tiny_model import SHAPES
 from unirl.errors import FieldError
-from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, hub_source, is_local_path, split_source
+from unirl.recipe.fields import value_at
+from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, hub_source, is_local_path, sources_of, split_source
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+NO_SUCH_FILE = "no such file on this machine"
 BUILTIN_DATASETS = ("arith", "lookup")
 
 
-def data_problems(recipe: Recipe) -> list[FieldError]:
-    """Every problem with the recipe's model and data sources."""
-    return [*model_problems(recipe.model.path), *source_problems("data.train", recipe.data.train),
-            *source_problems("data.eval", recipe.data.eval), *builtin_data_option_problems(recipe)]
+def data_problems(recipe: Recipe, *, missing_files: bool = True) -> list[FieldError]:
+    """Every problem with the recipe's model and data sources (``missing_files=False``: a data file that is not on
+    this machine is not one, for a plan made here of a run that reads it elsewhere)."""
+    problems = model_problems(recipe.model.path)
+    for key in ("data.train", "data.eval"):
+        value = value_at(recipe, key)
+        shape = source_shape_problem(key, value)
+        if shape:
+            problems.append(shape)
+            continue
+        for source in sources_of(value):
+            problems += [p for p in source_problems(key, source)
+                         if missing_files or p.allowed != NO_SUCH_FILE]
+    return [*problems, *builtin_data_option_problems(recipe)]
+
+
+def source_shape_problem(key: str, value: object) -> FieldError | None:
+    """A data field is one source or a non-empty list of them (``data.eval`` may be null)."""
+    if value is None:
+        return None if key == "data.eval" else FieldError(key, value, "a data source (builtin:, hf: or a file)")
+    if isinstance(value, str) and value.strip():
+        return None
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) and v.strip() for v in value):
+        return None
+    return FieldError(key, value, "a data source (builtin:<name>@<split>, hf:<dataset>@<split> or a file), or a "
+                                  "non-empty list of them")
+
+
+def missing_data_files(recipe: Recipe) -> list[str]:
+    """The local data files the recipe names that are not on this machine (a cluster's paths, say)."""
+    missing = []
+    for key in ("data.train", "data.eval"):
+        value = value_at(recipe, key)
+        if source_shape_problem(key, value):
+            continue
+        missing += [f"{key}={source}" for source in sources_of(value)
+                    if any(p.allowed == NO_SUCH_FILE for p in source_problems(key, source))]
+    return missing
 
 
 def model_problems(path: str, builtin_models: tuple[str, ...] = tuple(SHAPES)) -> list[FieldError]:
@@ -66,13 +102,14 @@ def source_problems(key: str, source: str | None, builtin_data: tuple[str, ...] 
         return [FieldError(key, source, f"a data file must end in one of {list(DATA_SUFFIXES)}, or use "
                            "hf:<dataset>[:<config>]@<split> or builtin:<name>@<split>")]
     if not path.is_file():
-        return [FieldError(key, source, "no such file")]
+        return [FieldError(key, source, NO_SUCH_FILE)]
     return []
 
 
 def builtin_data_option_problems(recipe: Recipe) -> list[FieldError]:
     """``data.options`` of the builtin arithmetic task, when the recipe uses it."""
-    if f"{BUILTIN_PREFIX}arith" not in {split_source(s)[0] for s in (recipe.data.train, recipe.data.eval) if s}:
+    used = {split_source(s)[0] for s in [*recipe.data.train_sources, *recipe.data.eval_sources]}
+    if f"{BUILTIN_PREFIX}arith" not in used:
         return []
     return [FieldError(f"data.options.{option}", value, allowed)
             for option, value, allowed in arith.option_problems(recipe.data.options)]

@@ -18,9 +18,21 @@ from unirl.errors import FieldError
 from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, DataConfig, hub_source, split_source
 
 
-def load_rows(source: str, data: DataConfig, seed: int, default_split: str, key: str) -> list[dict[str, Any]]:
-    """Every row of ``source``; a dotted ``data.prompt_key`` / ``data.answer_key`` is also set under its own name in
-    each row it reaches (:func:`unirl.data.columns.resolve`), so ``row[data.prompt_key]`` reads nested columns."""
+def load_rows(source: str | list[str], data: DataConfig, seed: int, default_split: str, key: str
+              ) -> list[dict[str, Any]]:
+    """Every row of ``source``, or of each source of a list one after the other (a row without a ``data_source``
+    column gets its file's or dataset's name there, so a reward can tell them apart); a dotted
+    ``data.prompt_key`` / ``data.answer_key`` is also set under its own name in each row it reaches
+    (:func:`unirl.data.columns.resolve`), so ``row[data.prompt_key]`` reads nested columns."""
+    if not isinstance(source, str):
+        if len(source) == 1:
+            return load_rows(source[0], data, seed, default_split, key)
+        rows: list[dict[str, Any]] = []
+        for one in source:
+            name = split_source(one)[0]
+            rows += [row if row.get("data_source") else {**row, "data_source": name}
+                     for row in load_rows(one, data, seed, default_split, key)]
+        return rows
     base, split = split_source(source)
     split = split or default_split
     if base.startswith(BUILTIN_PREFIX):

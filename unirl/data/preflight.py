@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from unirl.data.checks import NO_SUCH_FILE
 from unirl.data.columns import MISSING, describe, lookup
 from unirl.errors import FieldError
 from unirl.jsonl import JsonlError, objects
@@ -53,9 +54,9 @@ def inspect_inputs(recipe: Recipe, *, network: bool = True) -> InputReport:
     machine is read as a run would read it: the head of each data file, a builtin dataset's rows, a local dataset
     folder's head through ``datasets``' own resolution of its configs and splits, a local model's metadata."""
     report = InputReport()
-    for key, source, default_split in (("data.train", recipe.data.train, "train"),
-                                       ("data.eval", recipe.data.eval, "test")):
-        if source:
+    for key, sources, default_split in (("data.train", recipe.data.train_sources, "train"),
+                                        ("data.eval", recipe.data.eval_sources, "test")):
+        for source in sources:
             report.problems += _check_source(recipe, key, source, default_split, network, report.unchecked)
     if network or is_local_path(recipe.model.path) or recipe.model.path.startswith(BUILTIN_PREFIX):
         report.problems += _check_model(recipe.model.path, recipe.model.revision)
@@ -87,8 +88,12 @@ def _check_source(recipe: Recipe, key: str, source: str, default_split: str, net
         head = _builtin_head(recipe, base[len(BUILTIN_PREFIX):], split)
         return [] if head is None else _check_rows(recipe, key, source, head)
     path = Path(base).expanduser()
-    if not path.is_file():
-        return []  # recipe.validate reported it
+    if not path.is_file():  # planning lets it pass (a cluster's path); a run reads and exports its data here
+        if not network:
+            unchecked.append(f"{key}={source!r}: not on this machine, not read by the plan")
+            return []
+        return [FieldError(key, source, f"{NO_SUCH_FILE}: a run reads its data where unirl launches it and exports "
+                                        "it into the run directory")]
     try:
         head = read_head(path, HEAD_ROWS)
     except FieldError as exc:

@@ -20,7 +20,7 @@ from typing import Any
 from unirl.backend.auto import resolve
 from unirl.backend.contract import RunInputs
 from unirl.backend.plan import LaunchPlan
-from unirl.data.checks import data_problems
+from unirl.data.checks import data_problems, missing_data_files
 from unirl.errors import FieldError, UnirlError
 from unirl.host.calls import call_each
 from unirl.host.manager import Host, add_decorated
@@ -107,6 +107,11 @@ def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:
     ``recipe`` is the one its backend runs: every ``auto`` field resolved (:mod:`unirl.backend.auto`)."""
     check(host, recipe)
     plan = host.frameworks.get(recipe.framework["name"]).plan(recipe)
+    away = missing_data_files(recipe)
+    if away:  # planned without reading them: a plan made here may be for a run that reads its data elsewhere
+        plan = replace(plan, notes=[*plan.notes, f"{', '.join(away)}: not on this machine, so the plan did not read "
+                                                 "it; a run launched from here reads and exports it here and stops "
+                                                 "before starting if it is still missing"])
     if recipe.environment.name:  # what the engine's episode loop loses on this backend, from the engine registry
         engine = host.rollout_engines.get(str(plan.recipe["rollout"]["engine"]))
         lost = engine.episodes_lose.get(plan.framework)
@@ -132,7 +137,7 @@ def check(host: Host, recipe: Recipe) -> None:
         host.schedulers.entry(scheduler)
     register_reward_files(recipe, host.rewards)
     validate(recipe, known_rewards=host.rewards.names(), known_engines=host.rollout_engines.names(),
-             more=[*data_problems(recipe), *tracker_install_problems(host, recipe),
+             more=[*data_problems(recipe, missing_files=False), *tracker_install_problems(host, recipe),
                    *environment_problems(host, recipe), *engine_episode_problems(host, recipe),
                    *reward_kwargs_problems(recipe, host.rewards)])
     warn_toy_settings(recipe)  # a valid recipe that is the toy's with a real model: say so, once

@@ -78,12 +78,15 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    train: str = setting("builtin:arith@train", """Training prompts: ``builtin:<name>@<split>``, a .jsonl/.json/.parquet
-        file, or ``hf:<dataset>[:<config>]@<split>`` (a hub id or a local dataset folder, as
+    # str | list[str]: OmegaConf types no union of a scalar and a list, so the schema says Any and
+    # data_source_problems checks the shape; read them through DataConfig.train_sources / eval_sources.
+    train: Any = setting("builtin:arith@train", """Training prompts: ``builtin:<name>@<split>``, a
+        .jsonl/.json/.parquet file, or ``hf:<dataset>[:<config>]@<split>`` (a hub id or a local dataset folder, as
         ``datasets.load_dataset(<dataset>, <config>, split=<split>)`` takes them; e.g.
-        ``hf:openai/gsm8k:main@train``).""")
-    eval: str | None = setting("builtin:arith@heldout", """Held-out prompts, same forms as ``train``; null = no held-out
-        evaluation.""")
+        ``hf:openai/gsm8k:main@train``); or a list of them, read one after the other as one dataset (verl's
+        ``data.train_files=[gsm8k.parquet,math.parquet]``).""")  # noqa: RUF009 (setting() returns a field)
+    eval: Any = setting("builtin:arith@heldout", """Held-out prompts, same forms as ``train`` (a list included); null
+        = no held-out evaluation.""")  # noqa: RUF009 (setting() returns a field)
     prompt_key: str = setting("prompt", """Column holding the prompt (text, or chat messages); a dotted name
         reaches into nested columns (``extra_info.question``) when no column has that literal name.""")
     answer_key: str | None = setting("answer", """Column holding the reference answer passed to rewards as
@@ -105,6 +108,30 @@ class DataConfig:
                                     typo_above=10**9)
     options: dict[str, Any] = field(default_factory=dict, metadata=documented(
         "Options for a builtin dataset (e.g. ``max_sum`` for arith)."))
+
+    @property
+    def train_sources(self) -> list[str]:
+        """``train`` as a list of sources (one, or the list given)."""
+        return sources_of(self.train)
+
+    @property
+    def eval_sources(self) -> list[str]:
+        """``eval`` as a list of sources (empty: no held-out evaluation)."""
+        return sources_of(self.eval)
+
+
+def sources_of(value: Any) -> list[str]:
+    """A data field's sources: None -> [], a source -> [it], a list -> the list."""
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def source_text(value: Any) -> str:
+    """A data field as the user wrote it, for messages: one source, or the list joined by commas."""
+    return ",".join(sources_of(value))
 
 
 @dataclass
@@ -130,12 +157,18 @@ class AlgorithmConfig:
         defines the algorithm: unirl/recipe/conf/algorithm/NAME.yaml): grpo, dr_grpo, dapo, gspo, rloo, reinforce_pp,
         reinforce_pp_baseline, ppo.""", choices=ALGORITHMS)
     steps: int = setting(200, """Training steps; one step = generate for ``prompts_per_step`` prompts, score,
-        update.""", unit="training steps", at_least=1, typo_above=10**7)
+        update. Not read when ``epochs`` is set.""", unit="training steps", at_least=1, typo_above=10**7)
+    epochs: int | None = setting(None, """Passes over the training data, instead of ``steps``: the run is then
+        epochs x floor(training rows / prompts_per_step) steps (every backend drops a pass's incomplete last batch).
+        ``unirl plan`` counts the rows where it can read them (a data file here, a builtin dataset) and shows the
+        arithmetic; otherwise the backend counts them at launch (verl's trainer.total_epochs, OpenRLHF's
+        train.num_episodes, TRL's runner). null = the run is ``steps`` long.""", unit="passes over the data",
+                                 at_least=1, typo_above=10**5)
     prompts_per_step: int = setting(8, "Distinct prompts per training step (verl's train_batch_size, OpenRLHF's "
                                     "rollout batch).", unit="prompts", at_least=1, typo_above=10**6)
-    samples_per_prompt: int = setting(8, "Completions sampled per prompt: the GRPO group size (>= 2).",
-                                      unit="completions", at_least=2, typo_above=4096,
-                                      why="GRPO compares completions within a group")
+    samples_per_prompt: int = setting(8, """Completions sampled per prompt: the group size of the group baselines
+        (>= 2 with advantage_baseline group_mean or leave_one_out, which compare completions within a group); 1 is
+        allowed with a critic or no baseline (PPO, REINFORCE++).""", unit="completions", at_least=1, typo_above=4096)
     mini_batches_per_step: int = setting(1, """Optimizer updates per step: the step's completions are split into this
         many mini-batches.""", unit="optimizer updates", at_least=1, typo_above=10**6)
     micro_batch_size: int | None = setting(None, """Completions per forward/backward pass on one device; null = a
@@ -525,7 +558,7 @@ def batch_problems(recipe: Recipe) -> list[FieldError]:
 
     Checked only once the sizes themselves are in range (the generic pass reports those)."""
     a = recipe.algorithm
-    if a.prompts_per_step < 1 or a.samples_per_prompt < 2 or a.mini_batches_per_step < 1:
+    if a.prompts_per_step < 1 or a.samples_per_prompt < 1 or a.mini_batches_per_step < 1:
         return []
     per_step = recipe.completions_per_step
     if per_step % a.mini_batches_per_step:
@@ -554,6 +587,9 @@ def algorithm_problems(recipe: Recipe) -> list[FieldError]:
     """A field that only one choice of another reads must not be set beside a choice that ignores it: the backends
     would drop it silently, and the run would not be the experiment the recipe states."""
     a = recipe.algorithm
+    if a.samples_per_prompt == 1 and a.advantage_baseline in ("group_mean", "leave_one_out"):
+        return [FieldError("algorithm.samples_per_prompt", 1, f">= 2 with advantage_baseline={a.advantage_baseline!r} "
+                           "(a group baseline compares completions of one prompt); 1 only with critic or none")]
     if a.loss_normalizer is not None and a.loss_aggregation != "seq_mean_token_sum_norm":
         return [FieldError("algorithm.loss_normalizer", a.loss_normalizer,
                            f"null with loss_aggregation={a.loss_aggregation!r}: only seq_mean_token_sum_norm "

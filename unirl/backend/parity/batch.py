@@ -104,7 +104,7 @@ def training_rows(recipe: Recipe, groups: int) -> tuple[list[dict[str, Any]], li
     from unirl.data.loading import limit, load_rows, reference_of, render_prompt
     from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, is_local_path
 
-    source, data, notes = recipe.data.train, recipe.data, []
+    source, data, notes = recipe.data.train_sources[0], recipe.data, []
     if not (source.startswith(BUILTIN_PREFIX) or (is_local_path(source) and Path(source).expanduser().exists())):
         notes.append(f"data.train={source} is not read for the certificate (a hub dataset, or not on this "
                      "machine): the batch's prompts are builtin:arith's")

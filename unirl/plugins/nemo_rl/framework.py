@@ -48,6 +48,7 @@ from unirl.backend.native import micro_batch as native_micro_batch
 from unirl.backend.parity.certificate import ParityHarness
 from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
 from unirl.data.builtin.tiny_model import SHAPES
+from unirl.data.run_length import counted_at_launch
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.errors import FieldError
 from unirl.recipe.schema import ALL_LINEAR, BUILTIN_PREFIX, Recipe, is_local_path
@@ -213,6 +214,10 @@ MAPPING: tuple[Mapping, ...] = (
             "the exported train file holds exactly steps x prompts_per_step prompts", native_default=1000000),
     Mapping("algorithm.steps", "grpo.max_num_epochs", lambda r: 1, "one pass over the exported prompts",
             native_default=1),
+    Mapping("algorithm.epochs", "(counted by unirl)", lambda r: OMIT, "epochs become steps where the plan counts the "
+            "rows", supported=lambda r: not counted_at_launch(r),
+            supported_text="epochs over rows the plan can count (a data file on this machine, a builtin dataset); "
+                           "otherwise set algorithm.steps: unirl sends NeMo RL a step count"),
     Mapping("algorithm.prompts_per_step", "grpo.num_prompts_per_step", lambda r: r.algorithm.prompts_per_step,
             "NeMo RL counts prompts per step (the dataloader's batch, drop_last=True)", native_default=32),
     Mapping("algorithm.samples_per_prompt", "grpo.num_generations_per_prompt",

@@ -41,6 +41,7 @@ from unirl.backend.native import (
 )
 from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import RUN_DIR, LaunchPlan, in_run_dir
+from unirl.data.run_length import counted_at_launch
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.errors import FieldError, UnirlError, Unsupported
 from unirl.recipe.schema import Recipe
@@ -99,6 +100,12 @@ def updates(r: Recipe) -> int:
     return r.algorithm.steps * r.algorithm.mini_batches_per_step * r.algorithm.epochs_per_batch
 
 
+def warmup_known(r: Recipe) -> bool:
+    """A warm-up needs the run's updates (OpenRLHF takes it as a ratio of them): unknown while OpenRLHF itself counts
+    the steps of algorithm.epochs."""
+    return not r.algorithm.warmup_steps or not counted_at_launch(r)
+
+
 def warmup_ratio(r: Recipe) -> float:
     """``--actor.lr_warmup_ratio`` that OpenRLHF turns back into exactly ``warmup_steps`` optimizer updates.
 
@@ -107,6 +114,8 @@ def warmup_ratio(r: Recipe) -> float:
     The plain quotient can land one ulp above the integer (7 / 25 * 25 = 7.000000000000001, a warm-up of 8), so the
     ratio is lowered by ulps until the product rounds up to the recipe's count."""
     warmup, total = r.algorithm.warmup_steps, updates(r)
+    if not warmup:
+        return 0.0
     ratio = warmup / total
     while ratio > 0 and math.ceil(total * ratio) > warmup:
         ratio = math.nextafter(ratio, 0.0)
@@ -141,12 +150,24 @@ def mini_batches_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"algorithm.mini_batches_per_step": _whole(completions, value, "--train.batch_size")}
 
 
-def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """One episode over --data.max_samples prompts is max_samples / rollout.batch_size steps; more episodes or a
-    dataset shorter than max_samples have no recipe form (unirl exports exactly steps x prompts_per_step)."""
-    if view.get("train.num_episodes") != 1:
-        raise ValueError(f"--train.num_episodes {view.get('train.num_episodes')}: unirl makes one pass")
-    return {"algorithm.steps": _whole(value, view.field("algorithm.prompts_per_step"), "--rollout.batch_size")}
+DEFAULT_MAX_SAMPLES = 100_000_000
+"""--data.max_samples's default (train_ppo_ray.py:405 @ 0.11.2): every row."""
+
+
+def episodes_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """--train.num_episodes passes over the first --data.max_samples rows (ppo_trainer.py:26-83, 520-540 @ 0.11.2).
+
+    One episode over a whole number of rollout batches is that many steps (what unirl's own plans send: the file
+    it exports holds exactly those rows); otherwise the recipe's epochs over at most data.train_rows rows, exact
+    whatever the dataset's size, which an import cannot know."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{value!r}: a number of passes over the prompts")
+    samples = view.get("data.max_samples")
+    limited = isinstance(samples, int) and 0 < samples < DEFAULT_MAX_SAMPLES
+    per_step = view.field("algorithm.prompts_per_step")
+    if value == 1 and limited and isinstance(per_step, int) and per_step > 0 and samples % per_step == 0:
+        return {"algorithm.steps": samples // per_step, "algorithm.epochs": None}
+    return {"algorithm.epochs": value, **({"data.train_rows": samples} if limited else {})}
 
 
 def schedule_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -158,7 +179,12 @@ def schedule_from(value: Any, view: NativeView) -> dict[str, Any]:
 
 
 def warmup_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """:func:`warmup_ratio` backwards: ceil(all optimizer updates x ratio) (deepspeed.py:367-383 @ 0.11.2)."""
+    """:func:`warmup_ratio` backwards: ceil(all optimizer updates x ratio) (deepspeed.py:367-383 @ 0.11.2); a ratio of
+    a run counted in passes over data the import cannot count stays native."""
+    if not float(value):
+        return {"algorithm.warmup_steps": 0}
+    if view.field("algorithm.epochs") is not None:
+        raise ValueError("a ratio of the run's updates, which OpenRLHF counts from the data (algorithm.epochs)")
     total = (int(view.field("algorithm.steps")) * int(view.field("algorithm.mini_batches_per_step"))
              * int(view.field("algorithm.epochs_per_batch")))
     return {"algorithm.warmup_steps": math.ceil(total * float(value))}
@@ -272,10 +298,15 @@ MAPPING: tuple[Mapping, ...] = (
             note_for=micro_batch_note, native_default=1),
     Mapping("algorithm.logprob_micro_batch_size", "rollout.micro_batch_size", logprob_micro_batch,
             LOGPROB_MICRO_BATCH_NOTE, native_default=1),
-    Mapping("algorithm.steps", "train.num_episodes", lambda r: 1,
-            "one pass over the exported file of steps x prompts_per_step prompts", native_default=1),
-    Mapping("algorithm.steps", "data.max_samples", lambda r: r.prompts_per_run, native_default=100000000,
-            inverse=steps_from),
+    Mapping("algorithm.epochs", "train.num_episodes", lambda r: r.algorithm.epochs if counted_at_launch(r) else 1,
+            "one pass over the exported file of steps x prompts_per_step prompts; with algorithm.epochs whose rows "
+            "the plan cannot count, epochs passes over every exported row, OpenRLHF training each pass's incomplete "
+            "last batch as a smaller step (samples_generator.py:89-137 @ 0.11.2)", native_default=1,
+            inverse=episodes_from),
+    Mapping("algorithm.steps", "data.max_samples",
+            lambda r: (r.data.train_rows or OMIT) if counted_at_launch(r) else r.prompts_per_run,
+            "the exported rows: steps x prompts_per_step, or data.train_rows with algorithm.epochs counted by "
+            "OpenRLHF", native_default=DEFAULT_MAX_SAMPLES),
     Mapping("algorithm.epochs_per_batch", "train.max_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "actor.adam.lr", lambda r: r.algorithm.lr, native_default=1e-6),
     Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lr_scheduler,
@@ -287,7 +318,10 @@ MAPPING: tuple[Mapping, ...] = (
             supported_text="0, or lr_schedule=cosine: only OpenRLHF's cosine_with_min_lr has a floor"),
     Mapping("algorithm.warmup_steps", "actor.lr_warmup_ratio", warmup_ratio,
             "a fraction of all optimizer updates, which OpenRLHF rounds up to exactly warmup_steps",
-            native_default=0.03, inverse=warmup_from),
+            native_default=0.03, inverse=warmup_from, supported=warmup_known,
+            supported_text="0 while OpenRLHF counts the run's steps (algorithm.epochs over rows the plan cannot "
+                           "count): it takes the warm-up as a ratio of all updates, unknown here; set algorithm.steps "
+                           "or give the data here"),
     Mapping("algorithm.weight_decay", "actor.adam.weight_decay", lambda r: r.algorithm.weight_decay,
             native_default=0.0),
     Mapping("algorithm.max_grad_norm", "actor.max_norm", lambda r: r.algorithm.max_grad_norm, native_default=1.0),
@@ -385,10 +419,13 @@ MAPPING: tuple[Mapping, ...] = (
             lambda r: (r.eval.every_steps or r.algorithm.steps) if r.data.eval else OMIT,
             "training steps; 0: algorithm.steps, the one evaluation after the last step (OpenRLHF evaluates when "
             "global_step % eval.steps == 0, openrlhf/trainer/ppo_trainer.py:563 @ 0.11.2)",
-            supported=lambda r: not (r.data.eval and r.eval.every_steps and r.algorithm.steps % r.eval.every_steps),
+            supported=lambda r: not r.data.eval or (
+                bool(r.eval.every_steps) if counted_at_launch(r) else
+                not (r.eval.every_steps and r.algorithm.steps % r.eval.every_steps)),
             supported_text="eval.every_steps dividing algorithm.steps (or 0): OpenRLHF evaluates only at multiples "
                            "of --eval.steps (openrlhf/trainer/ppo_trainer.py:563 @ 0.11.2), so otherwise the run "
-                           "would end without the evaluation after training", native_default=-1,
+                           "would end without the evaluation after training; with algorithm.epochs counted by "
+                           "OpenRLHF, a cadence (the last step is not known here)", native_default=-1,
             inverse=eval_steps_from),
     Mapping("eval.before_training", "(no evaluation before training)", lambda r: False,
             supported=lambda r: not (r.eval.before_training and r.data.eval),
@@ -544,6 +581,8 @@ class OpenRlhfFramework(NativeFramework):
     supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"
     import_base: ClassVar[dict[str, Any]] = {"eval.before_training": False}
     """``unirl import openrlhf`` starts from these: OpenRLHF 0.11 has no evaluation before training."""
+    import_when_absent: ClassVar[dict[str, dict[str, Any]]] = {"eval.dataset": {"data.eval": None}}
+    """A command without ``--eval.dataset`` evaluates nothing (ppo_trainer.py:51-70 @ 0.11.2)."""
 
     def extra_problems(self, recipe: Recipe) -> list[FieldError]:
         return _resource_problems(recipe)

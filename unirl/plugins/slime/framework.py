@@ -38,6 +38,7 @@ from unirl.backend.native import (
 from unirl.backend.native import micro_batch as native_micro_batch
 from unirl.backend.parity.certificate import ParityHarness
 from unirl.backend.plan import LaunchPlan, MappedField, in_run_dir
+from unirl.data.run_length import counted_at_launch
 from unirl.errors import FieldError, Unsupported
 from unirl.plugins.slime.model_args import ModelArgsError, megatron_model_args, model_config
 from unirl.recipe.schema import BUILTIN_PREFIX, Recipe, is_local_path
@@ -121,6 +122,10 @@ COMMON_MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.steps", "--num-rollout", lambda r: r.algorithm.steps,
             "one rollout = one unirl step; the exported train file holds exactly steps x prompts_per_step prompts",
             native_default=None),
+    Mapping("algorithm.epochs", "(counted by unirl)", lambda r: OMIT, "epochs become steps where the plan counts the "
+            "rows", supported=lambda r: not counted_at_launch(r),
+            supported_text="epochs over rows the plan can count (a data file on this machine, a builtin dataset); "
+                           "otherwise set algorithm.steps: unirl sends slime a rollout count"),
     Mapping("algorithm.prompts_per_step", "--rollout-batch-size", lambda r: r.algorithm.prompts_per_step,
             "counts prompts (required by slime)", native_default=None),
     Mapping("algorithm.samples_per_prompt", "--n-samples-per-prompt", lambda r: r.algorithm.samples_per_prompt,

@@ -29,6 +29,7 @@ from unirl.backend.environment import version_in
 from unirl.backend.native import prompt_budget
 from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
+from unirl.data.run_length import counted_at_launch
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.launch.scheduler import RDZV_ENDPOINT, RDZV_ID
 from unirl.recipe.fields import AUTO
@@ -157,11 +158,22 @@ def batch_from(value: Any, view: NativeView) -> dict[str, Any]:
 
 
 def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """max_steps counts optimizer updates (:func:`_updates`); -1 (train by num_train_epochs) has no recipe form."""
+    """max_steps counts optimizer updates (:func:`_updates`); -1 trains num_train_epochs (:func:`epochs_from`)."""
     if isinstance(value, int) and value < 1:
-        raise ValueError(f"max_steps={value}: TRL then trains num_train_epochs over the dataset; the recipe counts "
-                         "training steps (set algorithm.steps)")
-    return {"algorithm.steps": _whole(value, _updates_of(view), "optimizer updates per step")}
+        return {}
+    return {"algorithm.steps": _whole(value, _updates_of(view), "optimizer updates per step"), "algorithm.epochs": None}
+
+
+def epochs_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """num_train_epochs is the run's length when max_steps is -1 (transformers' Trainer): the recipe's epochs; a
+    fraction of a pass has no recipe form."""
+    max_steps = view.get("max_steps")
+    if isinstance(max_steps, int) and max_steps > 0:
+        return {}
+    if not isinstance(value, int | float) or isinstance(value, bool) or value < 1 or float(value) != int(value):
+        raise ValueError(f"num_train_epochs={value!r}: the recipe counts whole passes over the data "
+                         "(algorithm.epochs), or steps")
+    return {"algorithm.epochs": int(value)}
 
 
 def schedule_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -290,9 +302,14 @@ def _precision(r: Recipe) -> dict[str, Any]:
 # native_default: GRPOConfig's own defaults in TRL 1.16 (what TRL would use if unirl did not set the key).
 MAPPING: tuple[Mapping, ...] = (
     Mapping("seed", "seed", lambda r: r.seed, native_default=42),
-    Mapping("algorithm.steps", "max_steps", lambda r: _updates(r, r.algorithm.steps),
+    Mapping("algorithm.steps", "max_steps", lambda r: -1 if counted_at_launch(r) else _updates(r, r.algorithm.steps),
             "TRL counts optimizer updates: steps x mini_batches_per_step x epochs_per_batch (one generation each "
-            "step)", native_default=-1, inverse=steps_from),
+            "step); -1 while algorithm.epochs waits for the data: the runner sets it when it has counted the rows",
+            native_default=-1, inverse=steps_from),
+    Mapping("algorithm.epochs", "num_train_epochs", lambda r: r.algorithm.epochs if counted_at_launch(r) else OMIT,
+            "passes over the data, counted by unirl's runner at launch as epochs x floor(rows / prompts_per_step) "
+            "steps (the plan counts them when it can read the data, and sends max_steps)", native_default=3.0,
+            inverse=epochs_from),
     Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt,
             native_default=8),
     Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],

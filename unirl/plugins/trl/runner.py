@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from unirl.backend.native import prompt_budget
 from unirl.backend.plan import LaunchPlan
 from unirl.data.builtin.tiny_model import warn_unknown_characters
 from unirl.data.loading import fingerprint, limit, load_rows, render_prompt, row_metadata
+from unirl.data.run_length import training_rows
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.host.manager import Host, get_host
 from unirl.host.planning import spec_from_recipe
@@ -38,7 +39,7 @@ from unirl.plugins.trl.framework import (
     updates_per_step,
 )
 from unirl.plugins.trl.sampling import with_resumable_order
-from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, split_source
+from unirl.recipe.schema import BUILTIN_PREFIX, DataConfig, Recipe, recipe_from_dict, source_text, split_source
 from unirl.record.layout import (
     EVAL,
     MANIFEST,
@@ -512,6 +513,8 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     if ranks.world == 1:
         resumed_from = resume_point(recipe, run_dir) if recipe.run.resume else None
     args = launch_args(plan)
+    if recipe.algorithm.epochs is not None and int(args.get("max_steps", -1)) < 1:
+        recipe, args = steps_at_launch(recipe, args)
     if ranks.world > 1:  # rank 0 alone cuts the record back to the checkpoint, then tells the others where it is
         # torchrun passes Ctrl-C / a stop on to its workers as SIGTERM (torch 2.13 elastic subprocess_handler.close,
         # default death signal): end like Ctrl-C, so that rank 0 still records the run as interrupted.
@@ -588,6 +591,24 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     return summary
 
 
+def steps_at_launch(recipe: Recipe, args: dict[str, Any]) -> tuple[Recipe, dict[str, Any]]:
+    """``algorithm.epochs`` over data the plan could not count (a hub dataset, a file that was elsewhere): counted now,
+    as every backend counts a pass (its incomplete last batch dropped), and sent to TRL as ``max_steps``."""
+    rows = training_rows(recipe)
+    if rows is None:  # a hub dataset: loaded (and cached by datasets) to be counted
+        rows = len(limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
+                         recipe.data.train_rows, recipe.seed))
+    epochs = int(recipe.algorithm.epochs or 1)
+    steps = epochs * (rows // recipe.algorithm.prompts_per_step)
+    if steps < 1:
+        raise FieldError("algorithm.epochs", epochs, f"a pass over the {rows} training rows makes no step of "
+                         f"algorithm.prompts_per_step={recipe.algorithm.prompts_per_step} prompts")
+    status(recipe, f"algorithm.epochs={epochs}: {epochs} x floor({rows} rows / {recipe.algorithm.prompts_per_step}) "
+                   f"= {steps} steps")
+    recipe = replace(recipe, algorithm=replace(recipe.algorithm, steps=steps))
+    return recipe, {**args, "max_steps": steps * updates_per_step(recipe)}
+
+
 def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
@@ -629,20 +650,22 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
         else:
             model = type(model).from_pretrained(resumed_from["checkpoint"], dtype=model.dtype)
         model.to("cpu" if args["use_cpu"] else f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
-    held_out = f", held out {recipe.data.eval}" if recipe.data.eval else ""
-    status(recipe, f"loading data: {recipe.data.train}{held_out}")
+    held_out = f", held out {source_text(recipe.data.eval)}" if recipe.data.eval else ""
+    status(recipe, f"loading data: {source_text(recipe.data.train)}{held_out}")
     train_raw = limit(load_rows(recipe.data.train, recipe.data, recipe.seed, "train", "data.train"),
                       recipe.data.train_rows, recipe.seed)
     budget = prompt_budget(recipe)  # data.max_prompt_tokens, or unirl's default budget when it is null
-    train_rows = prepare_rows(train_raw, recipe.data, tok, recipe.data.train, budget)
+    train_rows = prepare_rows(train_raw, recipe.data, tok, source_text(recipe.data.train), budget)
     # The builtin character tokenizer maps what it does not know to <unk>: said once, not trained on silently.
-    warn_unknown_characters(recipe.model.path, f"data.train={recipe.data.train}", [r["prompt"] for r in train_rows])
+    warn_unknown_characters(recipe.model.path, f"data.train={source_text(recipe.data.train)}",
+                            [r["prompt"] for r in train_rows])
     eval_rows: list[dict[str, Any]] = []
     if recipe.data.eval:
         eval_raw = limit(load_rows(recipe.data.eval, recipe.data, recipe.seed, "test", "data.eval"),
                          recipe.data.eval_rows, recipe.seed)
-        eval_rows = prepare_rows(eval_raw, recipe.data, tok, recipe.data.eval, budget)
-        warn_unknown_characters(recipe.model.path, f"data.eval={recipe.data.eval}", [r["prompt"] for r in eval_rows])
+        eval_rows = prepare_rows(eval_raw, recipe.data, tok, source_text(recipe.data.eval), budget)
+        warn_unknown_characters(recipe.model.path, f"data.eval={source_text(recipe.data.eval)}",
+                                [r["prompt"] for r in eval_rows])
     ranks = ranks or Ranks(0, 1)
     if ranks.main:
         sources = reward_sources(host.rewards, rewards.spec.names)

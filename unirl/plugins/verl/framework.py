@@ -36,6 +36,7 @@ from unirl.backend.native import (
 )
 from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import LaunchPlan, in_run_dir
+from unirl.data.run_length import counted_at_launch
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.plugins.verl.native_check import VLLM_LORA_RANKS
 from unirl.recipe.schema import Recipe
@@ -215,12 +216,15 @@ def clip_high_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"algorithm.clip_high": None if value == view.get(f"{A}.clip_ratio_low") else float(value)}
 
 
-def data_file(value: Any) -> str:
-    if isinstance(value, list) and len(value) == 1:
+def data_file(value: Any) -> str | list[str]:
+    """verl's data files: one (a path, or a list of one) or a list, which the recipe's data field takes as is."""
+    if isinstance(value, list | tuple) and len(value) == 1:
         value = value[0]
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r}: the recipe takes one data file")
-    return value
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise ValueError(f"{value!r}: a data file or a list of them")
 
 
 def train_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -240,7 +244,31 @@ def test_freq_from(value: Any, view: NativeView) -> dict[str, Any]:
         raise ValueError(f"{value!r}: a number of training steps")
     if value <= 0:
         return {"data.eval": None}
-    return {"eval.every_steps": 0 if value == view.field("algorithm.steps") else value}
+    last_only = value == view.field("algorithm.steps") or value >= LAST_STEP_ONLY
+    return {"eval.every_steps": 0 if last_only else value}
+
+
+def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """total_training_steps, when set, is the run's length whatever total_epochs says (ray_trainer.py)."""
+    if value is None:
+        return {}
+    if not isinstance(value, int):
+        raise ValueError(f"{value!r}: a number of training steps")
+    return {"algorithm.steps": value, "algorithm.epochs": None}
+
+
+def epochs_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """total_epochs is the run's length unless total_training_steps is set (then it only bounds the loop)."""
+    if view.get("trainer.total_training_steps") is not None:
+        return {}
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{value!r}: a number of passes over the data")
+    return {"algorithm.epochs": value}
+
+
+LAST_STEP_ONLY = 10**9
+"""trainer.test_freq when the recipe validates after the last step only and the run's length is counted by verl
+(algorithm.epochs): verl validates on its last step whenever test_freq > 0 (ray_trainer.py:1727-1728)."""
 
 
 def save_freq_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -262,10 +290,15 @@ MAPPING: tuple[Mapping, ...] = (
         "(verl/trainer/ppo/core_algos.py:267-731 @ 0.9.1)",
         "verl has no batch-std normalisation that is not a whitening, and no std division after a leave-one-out "
         "baseline", native_default="gae", inverse=estimator_from),
-    Mapping("algorithm.steps", "trainer.total_training_steps", lambda r: r.algorithm.steps,
-            "the exported train file holds exactly steps x prompts_per_step prompts", native_default=None),
-    Mapping("algorithm.steps", "trainer.total_epochs", lambda r: 1, "one pass over the exported prompts",
-            native_default=30),
+    Mapping("algorithm.steps", "trainer.total_training_steps",
+            lambda r: OMIT if counted_at_launch(r) else r.algorithm.steps,
+            "the exported train file holds exactly steps x prompts_per_step prompts; with algorithm.epochs whose rows "
+            "the plan cannot count, not sent: verl counts epochs x len(train dataloader) itself "
+            "(verl/trainer/ppo/ray_trainer.py _create_dataloader, drop_last=True)", native_default=None,
+            inverse=steps_from),
+    Mapping("algorithm.epochs", "trainer.total_epochs", lambda r: r.algorithm.epochs or 1,
+            "passes over the exported prompts (verl stops at total_training_steps when that is set)",
+            native_default=30, inverse=epochs_from),
     Mapping("algorithm.prompts_per_step", "data.train_batch_size", lambda r: r.algorithm.prompts_per_step,
             "verl counts prompts per step", native_default=1024),
     Mapping("algorithm.samples_per_prompt", f"{R}.n", lambda r: r.algorithm.samples_per_prompt, native_default=1),
@@ -406,7 +439,9 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("data.eval", "data.val_files", lambda r: EVAL_FILE if r.data.eval else TRAIN_FILE,
             "no eval set: verl still builds a validation loader, so it gets the train file and never runs it",
             native_default="~/data/rlhf/gsm8k/test.parquet", inverse=eval_from),
-    Mapping("data.train", "data.shuffle", lambda r: False, "the exported order is already the seeded order",
+    Mapping("data.train", "data.shuffle", lambda r: counted_at_launch(r),
+            "the exported order is already the seeded order, each pass reshuffled; with algorithm.epochs counted by "
+            "verl, the export holds each row once and verl reshuffles each pass (seeded by data.seed)",
             native_default=True),
     Mapping("seed", "data.seed", lambda r: r.seed, native_default=None),
     Mapping("model.path", "actor_rollout_ref.model.path", model_location,
@@ -457,7 +492,8 @@ MAPPING: tuple[Mapping, ...] = (
             native_default=8),
     Mapping("resources.device", "trainer.device", lambda r: "cuda", native_default="cuda"),
     Mapping("eval.every_steps", "trainer.test_freq",
-            lambda r: (r.eval.every_steps or r.algorithm.steps) if r.data.eval else -1,
+            lambda r: (r.eval.every_steps or (LAST_STEP_ONLY if counted_at_launch(r) else r.algorithm.steps))
+            if r.data.eval else -1,
             "0: algorithm.steps, so verl validates after the last step (it validates on the last step only when "
             "test_freq > 0, verl/trainer/ppo/ray_trainer.py:1727-1728); no eval set: -1", native_default=-1,
             inverse=test_freq_from),
@@ -543,6 +579,8 @@ class VerlFramework(NativeFramework):
     def notes(self, recipe: Recipe) -> list[str]:
         return [
             "verl renders every prompt with the model's chat template; text prompts become one user message",
+            "each row is exported once and verl makes algorithm.epochs shuffled passes over them (the rows are counted "
+            "where the run starts)" if counted_at_launch(recipe) else
             "prompts are exported in the seeded order unirl uses for every backend; verl's own shuffle is off",
             "held-out evaluation is verl's validation (pass@1 with val_kwargs), not unirl's greedy eval",
         ]
