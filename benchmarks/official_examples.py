@@ -1,6 +1,7 @@
 """The frameworks' official GRPO examples, key by key: what `unirl import` + `unirl plan` reproduce.
 
     python benchmarks/official_examples.py [--json]
+    python benchmarks/official_examples.py --effective [--json]     the effective runs (below)
 
 For each fixture under tests/fixtures/native/ (repository, commit and path in its header), every native key the
 example sets is counted as one of:
@@ -96,6 +97,76 @@ def compare_import(name: str) -> dict[str, Any]:
     return {"example": name, "backend": backend, **{k: len(v) for k, v in rows.items()},
             "added": len(report.added), "rows": rows,
             "added_keys": [(k, v, d) for k, v, d in report.added]}
+
+
+# --- the effective run: what the backend executes, the example's against the imported recipe's plan -------------
+
+ORACLE = FIXTURES / "effective_runs.json"
+"""Each example's effective run worked out by hand from its script, the backend's own defaults (file:line) and the
+size of its dataset (cited), independently of unirl's readers: the yardstick both are held to."""
+RUN_FIELDS = ("epochs", "steps", "prompts_per_step", "samples_per_prompt", "updates_per_step", "max_new_tokens",
+              "max_total_tokens", "lr", "lr_schedule", "warmup_updates", "lr_horizon_updates")
+ALGORITHM_FIELDS = ("advantage_estimator", "kl_coef", "kl_placement", "clip_low", "clip_high", "dual_clip",
+                    "loss_aggregation", "weight_decay", "critic")
+TRL_DATA = "hf:example/prompts@train"
+"""A TRL config names no data: the import is given a hub dataset (not on this machine, so the plan does not count
+it), as `unirl import trl CONFIG --set data.train=...` does."""
+
+
+def import_fixture(name: str, trl_data: str) -> tuple[Any, dict[str, Any], str | None, Imported | Exception]:
+    """(framework, the example's native configuration, TRL's config class, the import or why the plan refuses it),
+    as `unirl import` reads the file (a TRL RLOOConfig starts from the rloo preset)."""
+    from unirl.backend.importing import CONFIG_CLASS_KEY
+    from unirl.errors import UnirlError
+    from unirl.recipe.algorithm_presets import preset_fields
+
+    host = get_host()
+    backend, native, _ = read(name)
+    config_class = str(native.pop(CONFIG_CLASS_KEY, "GRPOConfig")) if backend == "trl" else None
+    given: dict[str, Any] = {}
+    if backend == "trl":
+        given["data.train"] = trl_data
+        if config_class == "RLOOConfig":
+            given.update({f"algorithm.{k}": v for k, v in preset_fields("rloo").items()})
+    framework = host.frameworks.get(backend)
+    try:
+        result: Imported | Exception = import_native(framework, native, host.rewards.names(), None, given)
+    except UnirlError as exc:
+        result = exc
+    return framework, native, config_class, result
+
+
+def _word(value: Any) -> Any:
+    """The oracle's strings carry a gloss after the value ("cosine_with_min_lr (min_lr_rate 0.1)")."""
+    return value.split(" ")[0] if isinstance(value, str) else value
+
+
+def compare_effective(name: str) -> dict[str, Any]:
+    """The example's effective run against the hand-worked one (unirl's reader checked), and the imported recipe's
+    plan's against the example's (the import checked). A recipe the plan refuses is reported as such."""
+    oracle = json.loads(ORACLE.read_text())[name]
+    rows = oracle["data"]["train_rows"]
+    framework, native, config_class, result = import_fixture(name, TRL_DATA)
+    command = framework.effective_run(native, rows, config_class)
+    expected = oracle["effective"]
+    wrong = []
+    for field in RUN_FIELDS:
+        if expected.get(field) is None or (rows is None and field in ("steps", "lr_horizon_updates")):
+            continue
+        if not same(_word(getattr(command, field)), _word(expected[field])):
+            wrong.append((field, getattr(command, field), expected[field]))
+    for field in ALGORITHM_FIELDS:
+        if field in expected["algorithm"] and not same(_word(command.algorithm.get(field)),
+                                                       _word(expected["algorithm"][field])):
+            wrong.append((f"algorithm.{field}", command.algorithm.get(field), expected["algorithm"][field]))
+    out: dict[str, Any] = {"example": name, "backend": framework.name, "source": oracle["source"],
+                           "reader_vs_hand": wrong, "command": command.to_dict()}
+    if isinstance(result, Exception):
+        return {**out, "refused": " ".join(str(result).split()), "plan_vs_command": None}
+    from unirl.backend.importing import planned_run
+
+    plan = planned_run(framework, result.recipe, rows)
+    return {**out, "refused": None, "plan": plan.to_dict(), "plan_vs_command": command.differences(plan)}
 
 
 # --- NeMo RL and slime: the hand-written recipe a migrating user would write ----------------------------------
@@ -213,7 +284,27 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def effective_table(results: list[dict[str, Any]]) -> str:
+    lines = ["| example | backend | the run it executes | unirl's reader vs by hand | the imported plan vs the "
+             "example |", "|---|---|---|---|---|"]
+    for r in results:
+        c = r["command"]
+        length = f"{c['steps']} steps" if c["steps"] is not None else f"{c['epochs']} passes"
+        run = (f"{length}, {c['prompts_per_step']} x {c['samples_per_prompt']}, {c['updates_per_step']} updates a "
+               f"step, {c['algorithm']['advantage_estimator']}")
+        reader = "same" if not r["reader_vs_hand"] else "; ".join(f"{f}: {a!r} vs {b!r}" for f, a, b in
+                                                                 r["reader_vs_hand"])
+        plan = (f"refused: {r['refused'][:140]}" if r["refused"] else "same" if not r["plan_vs_command"] else
+                "; ".join(f"{f}: {a!r} -> {b!r}" for f, a, b in r["plan_vs_command"]))
+        lines.append(f"| {r['example']} | {r['backend']} | {run} | {reader} | {plan} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
+    if "--effective" in sys.argv:
+        effective = [compare_effective(name) for name in json.loads(ORACLE.read_text())]
+        print(json.dumps(effective, indent=1, default=str) if "--json" in sys.argv else effective_table(effective))
+        return
     results = [compare_import(name) for name in VERL + OPENRLHF + TRL]
     for extra in (compare_nemo, compare_slime):
         try:

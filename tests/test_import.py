@@ -330,7 +330,12 @@ def test_openrlhf_flags_import_in_the_recipes_units(capsys: pytest.CaptureFixtur
     # (openrlhf/utils/deepspeed/deepspeed.py:367-383 @ 0.11.2)
     assert (a["prompts_per_step"], a["mini_batches_per_step"], a["steps"], a["warmup_steps"]) == (16, 2, 10, 1)
     assert (a["kl_coef"], a["clip_high"]) == (0.001, 0.28)
-    assert yaml.safe_load(out)["framework"]["overrides"] == {"vllm.enforce_eager": True}
+    # the max_new_tokens the flags leave out stays out: a completion may use what its prompt leaves of max_len; and
+    # OpenRLHF's default reward clip, which after group_norm clips the normalised advantage (no recipe field says
+    # that), stays the command's
+    assert yaml.safe_load(out)["framework"]["overrides"] == {"vllm.enforce_eager": True,
+                                                             "rollout.max_new_tokens": None, "data.max_len": 2048,
+                                                             "reward.clip_range": [-10, 10]}
     assert "train.batch_size -> algorithm.mini_batches_per_step = 2" in err
 
 
@@ -340,7 +345,10 @@ def test_kl_in_the_reward_imports_as_kl_placement_reward() -> None:
     imported = import_native("openrlhf", {"algo.kl.init_coef": 0.01, "rollout.n_samples_per_prompt": 4,
                                           "rollout.batch_size": 8, "train.batch_size": 32})
     assert (imported.recipe.algorithm.kl_coef, imported.recipe.algorithm.kl_placement) == (0.01, "reward")
-    assert imported.report.native == {}
+    # kept as the command has them: no max_new_tokens (max_len - prompt), and the default warm-up of 3% of a run
+    # OpenRLHF counts from the data
+    assert imported.report.native == {"rollout.max_new_tokens": None, "data.max_len": 2048,
+                                      "actor.lr_warmup_ratio": 0.03}
     verl = import_native("verl", {"algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.kl_coef": 0.02,
                                   "algorithm.kl_penalty": "kl"})
     a = verl.recipe.algorithm

@@ -13,12 +13,23 @@ from typing import Any
 
 import pytest
 
-from benchmarks.official_examples import FIXTURES, compare_import, compare_nemo, compare_slime, imported
+from benchmarks.official_examples import (
+    FIXTURES,
+    ORACLE,
+    compare_effective,
+    compare_import,
+    compare_nemo,
+    compare_slime,
+    imported,
+)
 from tests.support.helpers import backend_python, point_at_backend
 from unirl.backend.importing import OPENRLHF_FLAT, hydra_values, openrlhf_flags, script_commands, verl_command
 from unirl.cli.main import main
 from unirl.host.manager import get_host
 
+KEPT_UNSET = {"rollout.max_new_tokens": None, "data.max_len": 2048}
+"""An OpenRLHF command without --rollout.max_new_tokens lets each completion take what its prompt leaves of
+--data.max_len: kept so (OpenRLHF's import_defaults)."""
 VERL = ["verl_run_qwen2-7b_math.sh", "verl_run_qwen2-7b.sh", "verl_run_qwen2_5-3b_gsm8k_grpo_lora.sh",
         "verl_test_gspo_3b_math.sh"]
 OPENRLHF = ["openrlhf_train_dapo_ray_hybrid_engine.sh", "openrlhf_train_reinforce_baseline_hybrid_engine.sh"]
@@ -46,9 +57,11 @@ def test_the_gspo_script_reads_its_own_variables() -> None:
     assert other == [("$@", 'not a key=value override ("$@" passes the caller\'s arguments)')]
     _backend, _, result = imported("verl_test_gspo_3b_math.sh")  # with --env SLURM_JOB_NUM_NODES=1
     r = result.recipe
-    # train_batch_size 512 prompts, ppo_mini_batch_size 128 -> 4 updates a step; n 16; 500 steps
+    # train_batch_size 512 prompts, ppo_mini_batch_size 128 -> 4 updates a step; n 16; 10 epochs under verl's cap of
+    # 500 steps, which also sizes its LR schedule: verl runs min(500, 10 x floor(rows / 512)) = 140 on GSM8K
     assert (r.algorithm.prompts_per_step, r.algorithm.mini_batches_per_step, r.algorithm.samples_per_prompt,
-            r.algorithm.steps) == (512, 4, 16, 500)
+            r.algorithm.epochs) == (512, 4, 16, 10)
+    assert result.report.native["trainer.total_training_steps"] == 500
     assert (r.algorithm.clip_low, r.algorithm.clip_high, r.algorithm.loss_aggregation) == (
         0.0003, 0.0004, "seq_mean_token_mean")
     # GSPO's loss mode is the recipe's sequence-level importance ratio
@@ -98,7 +111,9 @@ def test_a_key_the_installed_version_lacks_is_kept_and_reported_as_refused() -> 
                                                              "rollout.n_samples_per_prompt": 4,
                                                              "train.batch_size": 32, "ptx_coef": 0.05},
                            host.rewards.names())
-    assert result.report.native == {"ptx_coef": 0.05}  # kept, never silently dropped
+    # kept, never silently dropped; the max_new_tokens the command leaves out stays out (max_len - prompt); and its
+    # default warm-up, 3% of a run whose length OpenRLHF counts from the data, stays a ratio
+    assert result.report.native == {"ptx_coef": 0.05, **KEPT_UNSET, "actor.lr_warmup_ratio": 0.03}
     assert [k for k, _, _ in result.report.refused] == ["ptx_coef"]
 
 
@@ -177,3 +192,44 @@ def test_every_flat_name_maps_to_a_flag_of_the_installed_openrlhf(monkeypatch: p
         _, _, result = imported(name)
         [check] = framework.check_in_backend([framework.plan(result.recipe)])
         assert check["problems"] == [], (name, check["problems"])
+
+
+# --- the effective run: each example against the run worked out by hand, and its import's plan against it --------
+EFFECTIVE = list(json.loads(ORACLE.read_text()))
+REFUSED_BY_FIELD = {
+    # RLOOTrainer clips one ratio per completion (the product of its token ratios): the recipe's token-level
+    # clipping equals it only with one update per step, and these examples take 4 and 2 (the plan says so by field)
+    "trl_rloo_script.json": "algorithm.importance_sampling_level='token'",
+    "trl_rloo_paper_index.json": "algorithm.importance_sampling_level='token'",
+}
+
+
+@pytest.mark.parametrize("name", EFFECTIVE)
+def test_an_official_example_imports_to_the_run_it_executes(name: str) -> None:
+    """Held to the effective run (steps or passes, batch, updates, tokens, LR schedule and horizon, algorithm), not
+    key by key: unirl's reader of the example agrees with the run worked out by hand from its script, its backend's
+    defaults and its dataset's size (effective_runs.json, every number cited), and the imported recipe's plan runs
+    exactly that, or is refused by field."""
+    result = compare_effective(name)
+    assert result["reader_vs_hand"] == [], result["reader_vs_hand"]
+    if name in REFUSED_BY_FIELD:
+        assert REFUSED_BY_FIELD[name] in result["refused"] and "one update per step" in result["refused"]
+    else:
+        assert result["refused"] is None and result["plan_vs_command"] == [], result["plan_vs_command"]
+
+
+def test_the_corpus_holds_at_least_15_official_examples_of_verl_verl_recipe_openrlhf_and_trl() -> None:
+    oracle = json.loads(ORACLE.read_text())
+    sources = {entry["source"].split("@")[0] for entry in oracle.values()}
+    assert len(oracle) >= 15 and {"volcengine/verl", "verl-project/verl-recipe", "OpenRLHF/OpenRLHF",
+                                  "huggingface/trl"} <= sources, sources
+    kinds = {(e["effective"]["algorithm"]["advantage_estimator"], e["effective"]["epochs"] is not None)
+             for e in oracle.values()}
+    assert {"gae", "rloo", "grpo", "reinforce_plus_plus", "group_norm"} <= {k for k, _ in kinds}
+
+
+def test_unirl_import_says_whether_the_plan_runs_what_the_script_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", "verl", str(FIXTURES / "verl_run_qwen2-7b.sh")]) == 0
+    err = capsys.readouterr().err
+    assert "the run verl executes: 15 passes over the data of 1024 prompts x 5 completions, 4 optimizer updates a " \
+           "step; the imported recipe's plan runs the same" in err

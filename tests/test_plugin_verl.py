@@ -17,7 +17,7 @@ from unirl.errors import RecipeInvalid
 from unirl.host.manager import get_host
 from unirl.host.planning import prepare_run
 from unirl.plugins.verl.framework import MAPPING, VerlFramework
-from unirl.plugins.verl.schema import known_keys, unknown_keys
+from unirl.plugins.verl.schema import default_values, known_keys, unknown_keys
 from unirl.recipe.schema import LoraConfig, ModelConfig
 
 VERL = VerlFramework()
@@ -192,6 +192,7 @@ def test_key_snapshot_matches_the_installed_verl(verl_python: Path) -> None:
     live = json.loads(out.stdout)
     assert live["verl"] == "0.9.1"
     assert set(live["keys"]) == set(known_keys())
+    assert live["defaults"] == default_values()  # what the effective run of a verl command reads
 
 
 @pytest.mark.verl

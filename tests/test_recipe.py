@@ -12,8 +12,8 @@ from tests.support.cli import run_cli
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("algorithm.samples_per_prompt=1", ["algorithm.samples_per_prompt=1", ">= 2 with advantage_baseline='group_mean'",
-                                            "1 only with critic or none"]),
+        ("algorithm.samples_per_prompt=1", ["algorithm.samples_per_prompt=1",
+                                            ">= 2 with advantage_baseline='group_mean'", "1 only with critic or none"]),
         ("algorithm.samples_per_prompt=0", ["algorithm.samples_per_prompt=0", "must be >= 1"]),
         ("algorithm.lr=0", ["algorithm.lr=0.0", "must be > 0"]),
         ("algorithm.lr=-1e-3", ["algorithm.lr=-0.001", "must be > 0"]),

@@ -137,6 +137,10 @@ class Mapping:
     ``convert`` is more than a rename or a lookup table (a unit conversion, a value that depends on other keys); it
     raises ValueError for a value the recipe cannot express (the key then stays in ``framework.overrides``). Rows
     without one are inverted generically (:mod:`unirl.backend.importing`)."""
+    run_length: bool = False
+    """The key is one of the backend's run-length keys (steps, epochs, sample caps): once its inverse read it, the
+    plan's value may differ and still mean the same run (epochs the plan counts are unrolled into the exported data,
+    so verl's total_epochs becomes 1), and the imported value is not kept as a native override."""
 
     def refusal(self, recipe: Recipe) -> str | None:
         """What the backend supports instead, when it cannot honour the recipe's value; None when it can."""

@@ -244,9 +244,13 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
                 dropped.setdefault(key, "unirl's reward wiring: name the rewards in the recipe's `rewards`")
 
     fields: dict[str, Any] = dict(given or {})
-    for key, implied in getattr(framework, "import_when_absent", {}).items():
-        if key not in native:  # what leaving the key out means on the backend (OpenRLHF: no eval.dataset, no eval)
-            fields.update(implied)
+    # what leaving a key out means on the backend, where no default value says it (OpenRLHF: no --eval.dataset is no
+    # held-out set; no --rollout.max_new_tokens lets each completion have what its prompt leaves of --data.max_len)
+    implied: dict[str, Any] = {}
+    kept_unset: dict[str, Any] = {}
+    if hasattr(framework, "import_defaults"):
+        implied, kept_unset = framework.import_defaults(native)
+    native = {**native, **kept_unset}
     origin: dict[str, list[str]] = {}  # recipe field -> the native keys it came from
     # A key the input leaves out has the backend's default in the run it describes: invert that too (not for the
     # paths and names a default stands in for, and not for None: "derived from other keys").
@@ -257,15 +261,20 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
     generic = [(r, inv) for r in table if r.inverse is None and not r.recipe_field.startswith(REWARD_FIELDS)
                for inv in [generic_inverse(r, base, infos.get(r.recipe_field))] if inv is not None]
     failed: dict[str, str] = {}
+    read_lengths: set[str] = set()  # run-length keys an inverse read (Mapping.run_length)
     set_by: dict[int, dict[str, Any]] = {}  # what each row's inverse set, undone when its second pass refuses
     # renames and lookups first, then the explicit inverses twice (one may read a field another sets)
     for row, inverter in [*generic, *[(r, r.inverse) for r in explicit], *[(r, r.inverse) for r in explicit]]:
         keys = [k for k in keys_of(row) if k in effective]
         if not keys or inverter is None:
             continue
+        if row.recipe_field in (given or {}) and not any(k in native for k in keys):
+            continue  # what the caller gave wins over a default the command does not state
         value = effective[keys[0]] if len(keys_of(row)) == 1 else {k: effective[k] for k in keys}
+        if value is None and keys[0] in kept_unset:
+            continue  # a key the command leaves out, kept so (import_defaults says what the recipe holds instead)
         info = infos.get(row.recipe_field)
-        if isinstance(value, str) and "$" in value and (info is None or kind(info) != "str"):
+        if isinstance(value, str) and "$" in value and (info is None or kind(info) in ("int", "float", "bool")):
             continue  # a shell reference for a number stays native, as written
         if isinstance(value, str) and value.startswith(RUN_DIR):
             continue  # a path unirl itself sends (a plan read back): no recipe field in it
@@ -280,6 +289,8 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
             continue
         failed.pop(keys[0], None)
         set_by[id(row)] = dict(found)
+        if row.run_length:
+            read_lengths.update(k for k in keys if k in native)
         for name, v in found.items():
             fields[name] = v
             origin.setdefault(name, [])
@@ -287,16 +298,31 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
     for key, value in native.items():
         if any(isinstance(v, str) and "$" in v for v in (value if isinstance(value, list) else [value])):
             report.unresolved.append((key, value))
+    for name, value in implied.items():
+        fields[name] = value
 
+    read_from = {name: list(keys) for name, keys in origin.items()}
     recipe, plan = settle(framework, known_rewards, base, fields, origin, report)
+    # A default the command relies on that the recipe could not take (an inverse refused it, or the plan refused
+    # the field it gave) stays as the command had it: the backend's default, sent explicitly
+    kept_defaults = {k for k in failed if k not in native}
+    kept_defaults |= {k for name, _, _ in report.reset for k in read_from.get(name, []) if k not in native}
+    native_with_defaults = {**native, **{k: effective[k] for k in sorted(kept_defaults) if k in effective}}
     planned = dict(plan.native_config[PLANNED.get(backend, "overrides")])
     overrides: dict[str, Any] = {}
     consumed = {k: name for name, keys in origin.items() for k in keys}
     row_field = {k: m.recipe_field for m in table for k in keys_of(m)}
-    for key, value in native.items():
+    for key, value in native_with_defaults.items():
         mine = planned.get(key, OMIT)
+        if key not in native:  # a default kept: sent explicitly only where the plan would send another value
+            if not same(mine, value):
+                overrides[key] = value
+            continue
         if key in dropped:
             report.dropped.append((key, value, dropped[key]))
+        elif key in read_lengths and key not in failed:
+            report.mapped.append((key, consumed.get(key, f"({row_field.get(key, 'run length')})"),
+                                  fields.get(consumed[key]) if key in consumed else value))
         elif isinstance(mine, str) and mine.startswith(RUN_DIR) and key in consumed:
             report.mapped.append((key, consumed[key], fields.get(consumed[key])))
         elif isinstance(mine, str) and mine.startswith(RUN_DIR):
@@ -335,7 +361,7 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
                 report.defaulted.append((key, name, fields[name]))
     for key, why in failed.items():
         if key in overrides:
-            report.reset.append((key, native[key], f"kept native: {why}"))
+            report.reset.append((key, native_with_defaults[key], f"kept native: {why}"))
     return Imported(fields, recipe, report)
 
 
@@ -567,8 +593,9 @@ def expand(text: str, env: Env, quoted: bool) -> list[str]:
                 have = env.get(name)
                 if have is not None and not (op and op.startswith(":") and have in ("", [])):
                     value = have if index or isinstance(have, str) else (have[0] if have else "")
-                elif op:
-                    value = " ".join(expand(default, env, quoted))
+                elif op:  # the default is a word of its own: its quotes removed, its references expanded
+                    value = " ".join(w for word in shell_words(default) for w in expand_word(word, env)) \
+                        if default.strip() else ""
                 else:  # not set here: as written, in the form no YAML or Hydra interpolation reads as its own
                     value = f"${name}"
         elif len(ref) > 1 and (ref[1].isalpha() or ref[1] == "_"):
@@ -927,3 +954,62 @@ def typed(text: str) -> Any:
         except ValueError:
             pass
     return {"true": True, "false": False, "True": True, "False": False, "None": None, "null": None}.get(text, text)
+
+
+TRL_CONFIG_CLASSES = ("GRPOConfig", "RLOOConfig")
+CONFIG_CLASS_KEY = "__config_class__"
+"""In a JSON of TRL keyword arguments: which config class they build (GRPOConfig when absent)."""
+
+
+def trl_config_call(source: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The keyword arguments of a Python script's ``GRPOConfig(...)`` or ``RLOOConfig(...)`` call (the last one), as
+    literals, with :data:`CONFIG_CLASS_KEY` naming the class; arguments that are not literals (a variable, a
+    function call) are returned as not imported, with why. The script is parsed, never run."""
+    import ast
+
+    if len(source) > MAX_SCRIPT_BYTES:
+        raise ValueError(f"a script of {len(source):,} characters: at most {MAX_SCRIPT_BYTES:,}")
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, RecursionError, ValueError) as exc:
+        raise ValueError(f"not a Python script unirl can read ({type(exc).__name__})") from None
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and (getattr(node.func, "id", None) or getattr(node.func, "attr", None)) in TRL_CONFIG_CLASSES]
+    if not calls:
+        raise ValueError(f"no {' or '.join(TRL_CONFIG_CLASSES)}(...) call in the script")
+    call = max(calls, key=lambda node: node.lineno)
+    name = getattr(call.func, "id", None) or getattr(call.func, "attr", "")
+    kwargs: dict[str, Any] = {CONFIG_CLASS_KEY: name}
+    skipped: list[tuple[str, str]] = []
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            skipped.append((f"**{ast.unparse(keyword.value)}", "keyword arguments unpacked from a variable"))
+            continue
+        try:
+            kwargs[keyword.arg] = ast.literal_eval(keyword.value)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            skipped.append((f"{keyword.arg}={ast.unparse(keyword.value)[:80]}", "not a literal value (set it in "
+                                                                               "the recipe, or as a native override)"))
+    return kwargs, skipped
+
+
+def effective_runs(framework: Any, native: dict[str, Any], recipe: Recipe, config_class: str | None = None
+                   ) -> tuple[Any, Any] | None:
+    """The effective runs (:mod:`unirl.backend.effective_run`) of a native configuration and of the plan of the
+    recipe imported from it, or None for a backend that has no reader of its own configuration. The rows are not
+    known here (the data is usually elsewhere), except in the plan's own export when the plan counted them."""
+    if getattr(framework, "effective_run", None) is None:
+        return None
+    return framework.effective_run(native, None, config_class), planned_run(framework, recipe, None)
+
+
+def planned_run(framework: Any, recipe: Recipe, rows: int | None) -> Any:
+    """The effective run of the recipe's plan on its backend: over the exported rows where the plan fixes them (a
+    step count, or epochs it counted: steps x prompts_per_step), else over ``rows``, the data's (None: unknown)."""
+    plan = framework.plan(recipe)
+    planned = dict(plan.native_config[PLANNED.get(framework.name, "overrides")])
+    counted = any(a.field == "algorithm.steps" and a.source != "auto" for a in plan.auto)
+    exported = recipe.prompts_per_run if counted or recipe.algorithm.epochs is None else rows
+    trainer = plan.native_config.get("trainer")
+    config_class = str(trainer).replace("Trainer", "Config") if framework.name == "trl" and trainer else None
+    return framework.effective_run(planned, exported, config_class)

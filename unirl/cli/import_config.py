@@ -46,7 +46,13 @@ def read_native(backend: str, args: list[str], env: dict[str, str] | None = None
         flags, other = openrlhf_flags(args, env, which)
         return flags, other, {}
     if len(args) != 1:
-        raise ValueError("trl takes one JSON file of GRPOConfig keyword arguments")
+        raise ValueError("trl takes one file: a Python script that builds a GRPOConfig or RLOOConfig, or a JSON "
+                         "object of its keyword arguments")
+    from unirl.backend.importing import trl_config_call
+
+    if args[0].endswith(".py"):
+        kwargs, skipped = trl_config_call(read_input(args[0]))
+        return kwargs, skipped, {}
     # JSON, with "#" comment lines allowed (a fixture's header, say)
     text = "\n".join(line for line in read_input(args[0]).splitlines() if not line.lstrip().startswith("#"))
     try:
@@ -151,8 +157,17 @@ def cmd_import(args: list[str]) -> int:
     except (ValueError, OSError, UnirlError, RecursionError) as exc:
         err(str(exc) or type(exc).__name__)
         return EXIT_USAGE
+    from unirl.backend.importing import CONFIG_CLASS_KEY, effective_runs
     from unirl.host.manager import get_host
 
+    config_class = str(native.pop(CONFIG_CLASS_KEY, "GRPOConfig")) if backend == "trl" else None
+    if config_class == "RLOOConfig":  # RLOOTrainer: the leave-one-out preset is what its config cannot say
+        from unirl.recipe.algorithm_presets import preset_fields
+
+        given = {**{f"algorithm.{k}": v for k, v in preset_fields("rloo").items()}, **given}
+    elif config_class not in (None, "GRPOConfig"):
+        err(f"{CONFIG_CLASS_KEY}={config_class!r}: one of GRPOConfig, RLOOConfig")
+        return EXIT_USAGE
     host = get_host()
     imported = import_native(host.frameworks.get(backend), native, host.rewards.names(), dropped, given)
     source = native_args[0] if len(native_args) == 1 else "the command line"
@@ -165,5 +180,24 @@ def cmd_import(args: list[str]) -> int:
     if other:
         report += f"\nnot imported from the command line ({len(other)}):\n" + "\n".join(
             f"  {token}: {why}" for token, why in other)
+    runs = effective_runs(host.frameworks.get(backend), native, imported.recipe, config_class)
+    if runs is not None:
+        report += "\n" + runs_text(backend, *runs)
     print(report, file=sys.stderr)
     return EXIT_OK
+
+
+def runs_text(backend: str, command: Any, plan: Any) -> str:
+    """The effective runs of the command and of the imported recipe's plan, as the backend executes them."""
+    differences = command.differences(plan)
+    length = (f"{command.steps} steps" if command.steps is not None else
+              f"{command.epochs} passes over the data" + (f" (at most {command.step_cap} steps)"
+                                                           if command.step_cap else ""))
+    head = (f"the run {backend} executes: {length} of {command.prompts_per_step} prompts x "
+            f"{command.samples_per_prompt} completions, {command.updates_per_step} optimizer updates a step")
+    if not differences:
+        return f"{head}; the imported recipe's plan runs the same (the same run length, batch, tokens, schedule " \
+               "and algorithm)"
+    lines = [f"{head}; the imported recipe's plan differs in ({len(differences)}):"]
+    lines += [f"  {what}: the command {mine!r}, the plan {theirs!r}" for what, mine, theirs in differences]
+    return "\n".join(lines)

@@ -154,6 +154,13 @@ DEFAULT_MAX_SAMPLES = 100_000_000
 """--data.max_samples's default (train_ppo_ray.py:405 @ 0.11.2): every row."""
 
 
+def max_samples_from(value: Any, view: NativeView) -> dict[str, Any]:
+    """--data.max_samples below its default caps the rows (:func:`episodes_from` reads it with the episodes)."""
+    if isinstance(value, int) and 0 < value < DEFAULT_MAX_SAMPLES and view.get("train.num_episodes") != 1:
+        return {"data.train_rows": value}
+    return {}
+
+
 def episodes_from(value: Any, view: NativeView) -> dict[str, Any]:
     """--train.num_episodes passes over the first --data.max_samples rows (ppo_trainer.py:26-83, 520-540 @ 0.11.2).
 
@@ -302,11 +309,11 @@ MAPPING: tuple[Mapping, ...] = (
             "one pass over the exported file of steps x prompts_per_step prompts; with algorithm.epochs whose rows "
             "the plan cannot count, epochs passes over every exported row, OpenRLHF training each pass's incomplete "
             "last batch as a smaller step (samples_generator.py:89-137 @ 0.11.2)", native_default=1,
-            inverse=episodes_from),
+            inverse=episodes_from, run_length=True),
     Mapping("algorithm.steps", "data.max_samples",
             lambda r: (r.data.train_rows or OMIT) if counted_at_launch(r) else r.prompts_per_run,
             "the exported rows: steps x prompts_per_step, or data.train_rows with algorithm.epochs counted by "
-            "OpenRLHF", native_default=DEFAULT_MAX_SAMPLES),
+            "OpenRLHF", native_default=DEFAULT_MAX_SAMPLES, inverse=max_samples_from, run_length=True),
     Mapping("algorithm.epochs_per_batch", "train.max_epochs", lambda r: r.algorithm.epochs_per_batch, native_default=1),
     Mapping("algorithm.lr", "actor.adam.lr", lambda r: r.algorithm.lr, native_default=1e-6),
     Mapping("algorithm.lr_schedule", "actor.lr_scheduler", lr_scheduler,
@@ -581,14 +588,38 @@ class OpenRlhfFramework(NativeFramework):
     supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"
     import_base: ClassVar[dict[str, Any]] = {"eval.before_training": False}
     """``unirl import openrlhf`` starts from these: OpenRLHF 0.11 has no evaluation before training."""
-    import_when_absent: ClassVar[dict[str, dict[str, Any]]] = {"eval.dataset": {"data.eval": None}}
-    """A command without ``--eval.dataset`` evaluates nothing (ppo_trainer.py:51-70 @ 0.11.2)."""
+
+    @staticmethod
+    def import_defaults(native: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What ``unirl import`` reads into keys a command leaves out, beyond their default values: recipe fields, and
+        native keys kept as left out (None: not sent).
+
+        - No ``--eval.dataset``: no held-out set (ppo_trainer.py:51-70 @ 0.11.2).
+        - No ``--rollout.max_new_tokens``: each completion may take what its prompt leaves of ``--data.max_len``
+          (train_ppo_ray.py:398-403, "dynamically computed as max_len - prompt_len"). The recipe holds the bounds
+          (a prompt or a completion of up to max_len - 1 tokens) and the command keeps OpenRLHF's rule: max_len as
+          given, no max_new_tokens sent."""
+        fields: dict[str, Any] = {}
+        kept: dict[str, Any] = {}
+        if "eval.dataset" not in native:
+            fields["data.eval"] = None
+        total = native.get("data.max_len", 2048)
+        if native.get("rollout.max_new_tokens") is None and isinstance(total, int) and total > 1:
+            fields.update({"algorithm.max_new_tokens": total - 1, "data.max_prompt_tokens": total - 1})
+            kept.update({"rollout.max_new_tokens": None, "data.max_len": total})
+        return fields, kept
 
     def extra_problems(self, recipe: Recipe) -> list[FieldError]:
         return _resource_problems(recipe)
 
     def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
         return {"flags": native}
+
+    def effective_run(self, native: dict[str, Any], rows: int | None, config_class: str | None = None) -> Any:
+        """The run OpenRLHF executes for these flags (:mod:`unirl.plugins.openrlhf.effective_run`)."""
+        from unirl.plugins.openrlhf.effective_run import effective_run
+
+        return effective_run(native, rows)
 
     def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
         """Full flag names from the version's own parser (an unknown override flag is refused here)."""

@@ -305,11 +305,11 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("algorithm.steps", "max_steps", lambda r: -1 if counted_at_launch(r) else _updates(r, r.algorithm.steps),
             "TRL counts optimizer updates: steps x mini_batches_per_step x epochs_per_batch (one generation each "
             "step); -1 while algorithm.epochs waits for the data: the runner sets it when it has counted the rows",
-            native_default=-1, inverse=steps_from),
+            native_default=-1, inverse=steps_from, run_length=True),
     Mapping("algorithm.epochs", "num_train_epochs", lambda r: r.algorithm.epochs if counted_at_launch(r) else OMIT,
             "passes over the data, counted by unirl's runner at launch as epochs x floor(rows / prompts_per_step) "
             "steps (the plan counts them when it can read the data, and sends max_steps)", native_default=3.0,
-            inverse=epochs_from),
+            inverse=epochs_from, run_length=True),
     Mapping("algorithm.samples_per_prompt", "num_generations", lambda r: r.algorithm.samples_per_prompt,
             native_default=8),
     Mapping("algorithm.prompts_per_step", "per_device_train_batch_size", lambda r: batch_layout(r)["micro"],
@@ -660,6 +660,12 @@ class TrlFramework:
                                            python=python or "python", nodes=recipe.resources.nodes,
                                            gpus_per_node=recipe.gpus_per_node),
         )
+
+    def effective_run(self, native: dict[str, Any], rows: int | None, config_class: str | None = None) -> Any:
+        """The run TRL executes for these config arguments (:mod:`unirl.plugins.trl.effective_run`), one process."""
+        from unirl.plugins.trl.effective_run import effective_run
+
+        return effective_run(native, rows, config_class or "GRPOConfig")
 
     def require_resumable(self, run_dir: Path) -> None:
         """Nothing to refuse: a resume continues from the newest complete Trainer checkpoint, and a run stopped before

@@ -248,18 +248,29 @@ def test_freq_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"eval.every_steps": 0 if last_only else value}
 
 
+def _epochs_given(view: NativeView) -> bool:
+    """The command sets trainer.total_epochs itself, to more than the one pass unirl's own plans send."""
+    native = getattr(view, "native", {})
+    return "trainer.total_epochs" in native and native["trainer.total_epochs"] != 1
+
+
 def steps_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """total_training_steps, when set, is the run's length whatever total_epochs says (ray_trainer.py)."""
+    """verl 0.9.1 runs min(total_training_steps, total_epochs x len(train dataloader)) steps and sizes the LR schedule
+    by total_training_steps (v1/trainer_base.py:467,765-782). Set alone (total_epochs at its default 30), it is the
+    run's length; set beside an explicit total_epochs, the recipe takes the epochs and this stays native, a cap that
+    is also the LR schedule's horizon (verl's GSPO example: 10 epochs of 14 steps under a 500-step cap)."""
     if value is None:
         return {}
     if not isinstance(value, int):
         raise ValueError(f"{value!r}: a number of training steps")
+    if _epochs_given(view):
+        raise ValueError("a cap beside trainer.total_epochs (verl runs the shorter, and sizes its LR schedule by this)")
     return {"algorithm.steps": value, "algorithm.epochs": None}
 
 
 def epochs_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """total_epochs is the run's length unless total_training_steps is set (then it only bounds the loop)."""
-    if view.get("trainer.total_training_steps") is not None:
+    """total_epochs is the run's length unless total_training_steps alone is set (:func:`steps_from`)."""
+    if view.get("trainer.total_training_steps") is not None and not _epochs_given(view):
         return {}
     if not isinstance(value, int) or value < 1:
         raise ValueError(f"{value!r}: a number of passes over the data")
@@ -294,11 +305,13 @@ MAPPING: tuple[Mapping, ...] = (
             lambda r: OMIT if counted_at_launch(r) else r.algorithm.steps,
             "the exported train file holds exactly steps x prompts_per_step prompts; with algorithm.epochs whose rows "
             "the plan cannot count, not sent: verl counts epochs x len(train dataloader) itself "
-            "(verl/trainer/ppo/ray_trainer.py _create_dataloader, drop_last=True)", native_default=None,
-            inverse=steps_from),
-    Mapping("algorithm.epochs", "trainer.total_epochs", lambda r: r.algorithm.epochs or 1,
-            "passes over the exported prompts (verl stops at total_training_steps when that is set)",
-            native_default=30, inverse=epochs_from),
+            "(verl/trainer/ppo/v1/trainer_base.py:747,765, drop_last=True)", native_default=None,
+            inverse=steps_from, run_length=True),
+    Mapping("algorithm.epochs", "trainer.total_epochs",
+            lambda r: r.algorithm.epochs if counted_at_launch(r) else 1,
+            "one pass over the exported prompts (epochs the plan counts are unrolled into them); with algorithm.epochs "
+            "whose rows the plan cannot count, that many passes, verl counting the steps",
+            native_default=30, inverse=epochs_from, run_length=True),
     Mapping("algorithm.prompts_per_step", "data.train_batch_size", lambda r: r.algorithm.prompts_per_step,
             "verl counts prompts per step", native_default=1024),
     Mapping("algorithm.samples_per_prompt", f"{R}.n", lambda r: r.algorithm.samples_per_prompt, native_default=1),
@@ -572,6 +585,12 @@ class VerlFramework(NativeFramework):
         if wants_tensorboard(recipe):  # _TensorboardAdapter reads TENSORBOARD_DIR (tracking.py:551-560)
             keys[f"{env}.TENSORBOARD_DIR"] = in_run_dir(TB_DIR)
         return keys
+
+    def effective_run(self, native: dict[str, Any], rows: int | None, config_class: str | None = None) -> Any:
+        """The run verl executes for these overrides (:mod:`unirl.plugins.verl.effective_run`)."""
+        from unirl.plugins.verl.effective_run import effective_run
+
+        return effective_run(native, rows)
 
     def command(self, recipe: Recipe, native: dict[str, Any], version: str) -> list[str]:
         return ["python", "-m", "verl.trainer.main_ppo", *to_overrides(native)]

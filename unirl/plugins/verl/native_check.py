@@ -114,11 +114,13 @@ def check(plan: dict[str, Any], run_dir: str, load_data: bool) -> tuple[list[str
     return problems, [*checked, f"verl {md.version('verl')}"]
 
 
-def key_list() -> list[str]:
-    """Every key of verl's composed ppo_trainer config (the snapshot in keys_<version>.json is this list)."""
+def key_list() -> tuple[list[str], dict[str, Any]]:
+    """Every key of verl's composed ppo_trainer config, and each leaf's default as written (an interpolation stays
+    ``${...}`` text): the snapshot in keys_<version>.json."""
     from omegaconf import OmegaConf
 
     keys: list[str] = []
+    defaults: dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
         for k in node:
@@ -127,16 +129,21 @@ def key_list() -> list[str]:
             child = node._get_node(k)
             if OmegaConf.is_dict(child):
                 walk(child, key)
+            elif OmegaConf.is_list(child):
+                defaults[key] = OmegaConf.to_container(child, resolve=False)
+            else:
+                defaults[key] = child._value()
 
     walk(compose(["actor_rollout_ref.rollout.name=vllm"]), "")
-    return sorted(set(keys))
+    return sorted(set(keys)), dict(sorted(defaults.items()))
 
 
 def main() -> None:
     if "--keys" in sys.argv:  # regenerate the snapshot: python -m unirl.plugins.verl.native_check --keys > keys_X.json
         import importlib.metadata as md
 
-        print(json.dumps({"verl": md.version("verl"), "keys": key_list()}, indent=0))
+        keys, defaults = key_list()
+        print(json.dumps({"verl": md.version("verl"), "keys": keys, "defaults": defaults}, indent=0, default=str))
         return
     payload = json.loads(sys.stdin.read())
     plan = payload.get("plan", payload)

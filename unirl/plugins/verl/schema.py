@@ -16,9 +16,18 @@ SNAPSHOT_VERSION = "0.9.1"
 
 
 @functools.cache
+def _snapshot(version: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((files("unirl.plugins.verl") / f"keys_{version}.json").read_text())
+    return loaded
+
+
 def known_keys(version: str = SNAPSHOT_VERSION) -> frozenset[str]:
-    data = json.loads((files("unirl.plugins.verl") / f"keys_{version}.json").read_text())
-    return frozenset(data["keys"])
+    return frozenset(_snapshot(version)["keys"])
+
+
+def default_values(version: str = SNAPSHOT_VERSION) -> dict[str, Any]:
+    """Each leaf key's default in verl's composed config, as written (``${...}`` interpolations unresolved)."""
+    return dict(_snapshot(version)["defaults"])
 
 
 def unknown_keys(overrides: dict[str, Any], version: str = SNAPSHOT_VERSION) -> list[str]:
