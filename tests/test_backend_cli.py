@@ -68,6 +68,29 @@ def test_diff_says_what_one_backend_supports_and_the_other_refuses() -> None:
     assert json_out.returncode == 2 and json.loads(json_out.stdout)["right"]["refused"]
 
 
+def test_piped_diff_keeps_every_cell_whole_marks_unset_defaults_and_shows_the_notes() -> None:
+    """Researchers pipe the table into grep or a file: every key and value whole, the `*` mark only where both
+    backends have defaults of their own, and what each key counts (prompts or completions) in the text too."""
+    json_out = json.loads(run_cli("diff", "trl", "verl", "--json").stdout)
+    out = run_cli("diff", "trl", "verl")  # captured: not a terminal
+    assert out.returncode == 0, out.stderr
+    assert "…" not in out.stdout and "..." not in out.stdout
+    rows = {r["recipe_field"]: r for r in json_out["fields"]}
+    for row in rows.values():
+        for side in ("trl", "verl"):
+            for entry in row[side]:
+                assert f"{entry['key']}=" in out.stdout, entry["key"]  # each native key on one line, uncut
+    seed = rows["seed"]  # TRL's default is 42, verl's data.seed has none: not "defaults differ"
+    assert seed["defaults_differ"] is False and seed["default_unset"] is True
+    assert rows["algorithm.samples_per_prompt"]["defaults_differ"] is True  # 8 vs 1: both set, different
+    lines = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.startswith("│ ")
+             and line.split("│")[1].strip()}
+    assert "seed ?" in lines and "unset" in lines["seed ?"] and "algorithm.samples_per_prompt *" in lines
+    assert "* the two backends' own defaults differ" in out.stdout and "? a backend has no default" in out.stdout
+    assert "per_device_train_batch_size: TRL counts completions per device micro-batch, not prompts" in out.stdout
+    assert "data.train_batch_size: verl counts prompts per step" in out.stdout
+
+
 def test_diff_shows_the_model_on_trl_too() -> None:
     out = run_cli("diff", "trl", "verl", "--json", *GPU)
     rows = {r["recipe_field"]: r for r in json.loads(out.stdout)["fields"]}

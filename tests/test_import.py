@@ -23,6 +23,7 @@ from unirl.backend.importing import Imported, hydra_values, verl_command
 from unirl.backend.importing import import_native as import_with
 from unirl.backend.native import micro_batch
 from unirl.cli.main import main
+from unirl.errors import RecipeInvalid
 from unirl.host.manager import get_host
 from unirl.recipe.schema import AlgorithmConfig, DataConfig, EvalConfig, Recipe, ResourcesConfig, recipe_from_dict
 from unirl.rewards.spec import RewardPolicy
@@ -366,3 +367,107 @@ def test_imported_openrlhf_flags_pass_openrlhfs_own_parser(monkeypatch: pytest.M
     framework = get_host().frameworks.get("openrlhf")
     [result] = framework.check_in_backend([framework.plan(imported.recipe)])
     assert result["problems"] == []
+
+
+# --- data, overrides and defaults the examples rely on (issue: faithful import) ------------------------------------
+
+
+def verl_gsm8k_parquet(path: Path, rows: int = 64) -> Path:
+    """Rows in the layout verl's examples/data_preprocess/gsm8k.py writes: chat prompt, reward_model.ground_truth."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([
+        {"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": f"What is {i} + 2?"}],
+         "ability": "math", "reward_model": {"style": "rule", "ground_truth": str(i + 2)}, "extra_info": {"index": i}}
+        for i in range(rows)]), path)
+    return path
+
+
+def test_a_verl_import_reads_the_reference_where_verls_reward_managers_do(tmp_path: Path) -> None:
+    """verl's reward managers read reward_model.ground_truth (naive.py:43): the recipe names that column, and plans
+    against the file's own rows; a plan read back (unirl's exports) keeps the recipe's column."""
+    data = verl_gsm8k_parquet(tmp_path / "train.parquet")
+    imported = import_native("verl", hydra_values([f"data.train_files={data}", f"data.val_files={data}",
+                                                   "data.train_batch_size=16", "actor_rollout_ref.rollout.n=4",
+                                                   "actor_rollout_ref.rollout.name=vllm"]))
+    assert imported.recipe.data.answer_key == "reward_model.ground_truth"
+    assert imported.recipe.data.prompt_key == "prompt"
+    out = tmp_path / "imported.yaml"
+    out.write_text(yaml.safe_dump(imported.document()))
+    assert main(["plan", "framework=verl", f"recipe={out}"]) == 0  # the plan reads the file's head
+    read_back = import_native("verl", {**hydra_values(["actor_rollout_ref.rollout.n=4",
+                                                       "actor_rollout_ref.rollout.name=vllm"]),
+                                       "data.train_files": "{run_dir}/data/train.parquet"})
+    assert read_back.recipe.data.answer_key == DataConfig().answer_key
+
+
+@pytest.mark.parametrize(("flags", "train"), [
+    (["--data.prompt_dataset", "OpenRLHF/prompt-collection-v0.1"], "hf:OpenRLHF/prompt-collection-v0.1@train"),
+    (["--data.prompt_dataset", "org/a,org/b", "--data.prompt_split", "test"], ["hf:org/a@test", "hf:org/b@test"]),
+    (["--data.prompt_dataset", "/data/prompts.jsonl"], "/data/prompts.jsonl"),
+])
+def test_openrlhf_datasets_import_as_sources_unirl_plans(flags: list[str], train: Any, tmp_path: Path) -> None:
+    """OpenRLHF reads a name without a data-file suffix as a hub dataset and selects --data.prompt_split
+    (openrlhf/datasets/utils.py:29-80): the recipe says so in its own form, which plans."""
+    from unirl.backend.importing import openrlhf_flags
+
+    imported = import_native("openrlhf", openrlhf_flags(flags)[0])
+    assert imported.recipe.data.train == train
+    assert "data.prompt_dataset" not in imported.report.native
+    out = tmp_path / "imported.yaml"
+    out.write_text(yaml.safe_dump(imported.document()))
+    assert main(["plan", "framework=openrlhf", f"recipe={out}"]) == 0
+
+
+@pytest.mark.parametrize("flags", [
+    ["--data.prompt_dataset", "org/a,org/b", "--data.prompt_probs", "0.7,0.3"],  # sampled, not concatenated
+    ["--data.prompt_dataset", "org/a@subset"],  # a data_dir
+    ["--data.prompt_dataset", "/data/saved_to_disk"],  # a local folder (save_to_disk) unirl does not read
+])
+def test_openrlhf_datasets_the_recipe_cannot_hold_are_refused_by_key_until_given(flags: list[str]) -> None:
+    """unirl exports the recipe's rows to the backend, so a dataset it cannot read is not kept native (it would be
+    replaced silently): the import names the key and asks for the data in a form unirl reads."""
+    from unirl.backend.importing import openrlhf_flags
+
+    with pytest.raises(RecipeInvalid) as info:
+        import_native("openrlhf", openrlhf_flags(flags)[0])
+    [problem] = info.value.problems
+    assert (problem.field, problem.value) == ("data.prompt_dataset", flags[1])
+    assert "--set data.train=..." in problem.allowed
+    given = import_native("openrlhf", openrlhf_flags(flags)[0], given={"data.train": "hf:org/a@train"})
+    assert given.recipe.data.train == "hf:org/a@train"
+
+
+def test_a_key_verl_does_not_have_is_dropped_by_the_import_and_refused_by_plan(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An example written for an older verl (critic.model.fsdp_config.* is critic.fsdp.* in 0.9.1) fails in verl's
+    Hydra after launch: the import reports it by key with the keys of that name, and a plan refuses it up front."""
+    imported = import_native("verl", hydra_values(["critic.model.fsdp_config.param_offload=False",
+                                                   "actor_rollout_ref.rollout.n=4",
+                                                   "actor_rollout_ref.rollout.name=vllm"]))
+    [(key, value, why)] = imported.report.dropped
+    assert (key, value) == ("critic.model.fsdp_config.param_offload", False)
+    assert "not a key of verl 0.9.1's ppo_trainer config" in why and "critic.fsdp.param_offload" in why
+    assert "critic.model.fsdp_config.param_offload" not in imported.recipe.framework["overrides"]
+    gpu = ["resources.gpus_per_node=8", "rollout.engine=vllm", "data.chat_template=true"]
+    for override, message in [
+            ("+framework.overrides.critic.model.fsdp_config.param_offload=false",
+             "framework.overrides.critic.model.fsdp_config.param_offload=False: not a key of verl 0.9.1's"),
+            ("+framework.overrides={+trainer.logger:[console]}",
+             "verl 0.9.1 already has trainer.logger; drop the '+'")]:
+        assert main(["plan", "+framework=verl", *gpu, override]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["plan", "+framework=verl", *gpu, "+framework.overrides.trainer.logger=[console]",
+                 "+framework.overrides.actor_rollout_ref.model.override_config.attention_dropout=0.0"]) == 0
+
+
+def test_a_trl_config_without_data_says_so_and_compares_runs_on_the_recipes_data(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A GRPOConfig holds no dataset: the report says what the recipe trains on and how to name yours, and the
+    command's epochs and the plan's counted steps are compared over the same rows."""
+    assert main(["import", "trl", str(FIXTURES / "trl_grpo_quickstart.json")]) == 0
+    err = capsys.readouterr().err
+    assert "data: the configuration names no training data, so the recipe trains on unirl's default" in err
+    assert "--set data.train=FILE" in err
+    assert "the imported recipe's plan runs the same" in err

@@ -103,14 +103,23 @@ def test_a_malformed_lora_setting_is_refused_before_anything_runs(lora: dict[str
 
 @pytest.mark.train
 def test_a_lora_run_of_the_embedded_task_learns_training_a_fraction_of_the_weights(tmp_path: Path) -> None:
+    # every step runs (no plateau stop): what is measured is learning over the whole run, not when it stalls
     out = run_cli("recipe=grpo_math", *LEARNS, "seed=0", "run.checkpoint_every=100", "logging.progress=false",
-                  "logging.plot=false", env={"UNIRL_RUNS_DIR": str(tmp_path / "runs")}, cwd=tmp_path)
+                  "logging.plot=false", "eval.stop_after_plateau=null", env={"UNIRL_RUNS_DIR": str(tmp_path / "runs")},
+                  cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     [run_dir] = run_dirs(tmp_path / "runs")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["state"] == "completed" and summary["accuracy_before"] <= 0.1
-    # seed 0 reaches 7/11 on this CPU (full fine-tuning 9/11); 3/11 is clearly above a start of 0
-    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.25, summary
+    # Learning, judged on the 51,200 training completions rather than the 11 held-out prompts, whose accuracy after
+    # 400 steps ranges 1/11 to 7/11 over seeds 0-6 on this CPU (and reached 2/11 for seed 0 on another CPU): the
+    # mean total reward of the last fifth of the steps was 1.8x to 3.0x the first fifth's over those seeds.
+    rewards = [row["reward/total/mean"] for row in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+               if "reward/total/mean" in row]
+    fifth = len(rewards) // 5
+    first, last = sum(rewards[:fifth]) / fifth, sum(rewards[-fifth:]) / fifth
+    assert len(rewards) == 400 and last >= 1.5 * first and last >= first + 0.25, (first, last)
+    assert summary["accuracy_after"] > summary["accuracy_before"], summary
     # 2 layers x 45,056 adapter weights at rank 32, the 20 x 64 embedding and five 64-wide norms; the base's 124,736
     # weights stay frozen
     assert summary["trainable_parameters"] == 2 * 45_056 + 20 * 64 + 5 * 64

@@ -116,6 +116,23 @@ def test_a_placement_that_would_hang_is_refused_before_launch() -> None:
     assert problems and "ask Ray for 12 GPUs" in problems[0] and "wait forever" in problems[0]
 
 
+def test_a_critic_outside_colocation_gets_half_the_training_gpus_and_is_counted() -> None:
+    """PPO without colocate_all places the critic on GPUs of its own (train_ppo_ray.py:105-129): the training GPUs
+    the rollout leaves are split half and half, as in OpenRLHF's own example (actor 2 + critic 2 + vLLM 4 = 8), and
+    Ray's demand counts the critic, so a split that would need more GPUs than the recipe has is refused."""
+    ppo = plan_for(rollout={"colocated": False, "gpus": 4}, algorithm=preset("ppo", prompts_per_step=4))
+    argv = [str(a) for a in ppo.command]
+    assert [value(argv, f"--{m}.num_gpus_per_node") for m in ("actor", "critic", "ref")] == ["2", "2", "2"]
+    assert gpu_demand(ppo.native_config["flags"]) == (8, "actor 2 + vLLM engines x TP 4 + critic 2")
+    with pytest.raises(RecipeInvalid) as info:  # 3 training GPUs cannot be shared evenly
+        plan_for(rollout={"colocated": False, "gpus": 5}, algorithm=preset("ppo", prompts_per_step=4))
+    assert "rollout.gpus=5" in str(info.value) and "half and half by the actor and the critic" in str(info.value)
+    flags = plan_for(algorithm=preset("ppo")).native_config["flags"]  # colocated: one set of bundles for all
+    assert gpu_demand(flags)[0] == 8
+    need, how = gpu_demand({**flags, "train.colocate_all": False, "vllm.num_engines": 4})
+    assert (need, how) == (20, "actor 8 + vLLM engines x TP 4 + critic 8")
+
+
 # --- in OpenRLHF's own environment --------------------------------------------------------------------------
 
 
@@ -134,8 +151,10 @@ VARIANTS = {
     # every algorithm preset OpenRLHF maps (unirl algorithms), with a KL term so its placement is sent
     **{name: {"algorithm": preset(name, kl_coef=0.001)}
        for name in ("grpo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo")},
+    # a reward clip only where OpenRLHF clips the reward itself: no group baseline before it
+    "ppo_reward_clip": {"algorithm": preset("ppo", reward_clip=5.0)},
     "dapo_without_dynamic_sampling": {"algorithm": preset("dapo", dynamic_sampling=False, overlong_buffer=100)},
-    "clips_and_corrections": {"algorithm": {"dual_clip": 3.0, "reward_clip": 5.0, "rollout_correction": "token",
+    "clips_and_corrections": {"algorithm": {"dual_clip": 3.0, "rollout_correction": "token",
                                             "rollout_correction_cap": 2.0, "lr_schedule": "cosine",
                                             "min_lr_ratio": 0.1}},
 }

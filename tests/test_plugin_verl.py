@@ -79,9 +79,13 @@ def test_an_unsupported_verl_version_is_refused() -> None:
 
 
 def test_the_key_schema_catches_a_misspelled_override_without_verl() -> None:
-    plan = VERL.plan(gpu_recipe("verl", options={"overrides": {"actor_rollout_ref": {"actor": {"kl_loss_coeff": 1}}}}))
-    problems = unknown_keys(plan.native_config["overrides"])
-    assert problems == ["actor_rollout_ref.actor.kl_loss_coeff: not a key of verl 0.9.1's ppo_trainer config"]
+    """At plan time, by field: verl's Hydra would refuse the command only after launch."""
+    with pytest.raises(RecipeInvalid) as info:
+        VERL.plan(gpu_recipe("verl", options={"overrides": {"actor_rollout_ref": {"actor": {"kl_loss_coeff": 1}}}}))
+    [problem] = info.value.problems
+    assert (problem.field, problem.value) == ("framework.overrides.actor_rollout_ref.actor.kl_loss_coeff", 1)
+    assert unknown_keys({"actor_rollout_ref.actor.kl_loss_coeff": 1}) == [
+        "actor_rollout_ref.actor.kl_loss_coeff: not a key of verl 0.9.1's ppo_trainer config"]
     assert unknown_keys(overrides()) == []
     assert "actor_rollout_ref.actor.kl_loss_coef" in known_keys()
 
@@ -148,7 +152,11 @@ def test_generated_overrides_compose_and_pass_verls_own_validation(verl_python: 
 @pytest.mark.verl
 @pytest.mark.slow
 def test_verl_rejects_what_it_would_reject_at_launch(verl_python: Path) -> None:
-    misspelled = VERL.plan(gpu_recipe("verl", options={"overrides": {"trainer": {"n_gpu_per_node": 8}}}))
+    """verl's own Hydra refuses a key its config lacks, as unirl's plan does from the snapshot of that config."""
+    with pytest.raises(RecipeInvalid, match=r"framework.overrides.trainer.n_gpu_per_node=8: not a key of verl"):
+        VERL.plan(gpu_recipe("verl", options={"overrides": {"trainer": {"n_gpu_per_node": 8}}}))
+    misspelled = VERL.plan(gpu_recipe("verl"))  # the same key put into a plan by hand, past unirl's refusal
+    misspelled.command = [*misspelled.command, "trainer.n_gpu_per_node=8"]
     too_big = VERL.plan(gpu_recipe("verl", options={"overrides": {
         "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 64}}}}))
     bad, big = VERL.check_in_backend([misspelled, too_big])

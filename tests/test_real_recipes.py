@@ -77,6 +77,7 @@ def test_recipe_plans_with_its_numbers(recipe: str, backend: str, tmp_path: Path
         assert (cfg["beta"], cfg["epsilon"], cfg["per_device_train_batch_size"]) == (0.001, 0.2, micro)
         # 1024 prompts x 5 = 5120 completions a step in 4 updates of 1280 (TRL counts optimizer steps: 105 x 4)
         assert (cfg["max_steps"], cfg["save_steps"]) == (420, 80)
+        assert (cfg["weight_decay"], cfg["delta"]) == (0.01, 3.0)  # verl's optimizer and dual-clip defaults
         assert cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] == 1280
         assert p["native_config"]["model"]["path"] == "Qwen/Qwen2.5-0.5B-Instruct"
     elif backend == "verl":
@@ -84,6 +85,7 @@ def test_recipe_plans_with_its_numbers(recipe: str, backend: str, tmp_path: Path
                 "actor_rollout_ref.actor.ppo_mini_batch_size=256", "actor_rollout_ref.actor.optim.lr=1e-06",
                 "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.001",
                 "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.clip_ratio_low=0.2",
+                "actor_rollout_ref.actor.optim.weight_decay=0.01", "actor_rollout_ref.actor.clip_ratio_c=3.0",
                 f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
                 f"data.max_prompt_length={prompt_tokens}", "data.max_response_length=1024",
                 "trainer.test_freq=5", "trainer.save_freq=20", "trainer.total_training_steps=105",
@@ -96,10 +98,12 @@ def test_recipe_plans_with_its_numbers(recipe: str, backend: str, tmp_path: Path
                                                                                         str(1024 + prompt_tokens))
         assert (flag(cmd, "--eval.steps"), flag(cmd, "--ckpt.save_steps")) == ("5", "20")
         assert "--algo.kl.use_loss" in args and flag(cmd, "--algo.kl.estimator") == "k3"
+        assert (flag(cmd, "--actor.adam.weight_decay"), flag(cmd, "--actor.dual_clip")) == ("0.01", "3.0")
     elif backend == "nemo_rl":
         assert {"grpo.num_prompts_per_step=1024", "grpo.num_generations_per_prompt=5", "grpo.max_num_steps=105",
                 "policy.optimizer.kwargs.lr=1e-06", "loss_fn.reference_policy_kl_penalty=0.001",
                 "loss_fn.ratio_clip_min=0.2", "policy.generation.max_new_tokens=1024", "grpo.val_period=5",
+                "policy.optimizer.kwargs.weight_decay=0.01", "loss_fn.ratio_clip_c=3.0",
                 "checkpointing.save_period=20", f"policy.train_micro_batch_size={micro}"} <= args
     else:  # slime, vime: Megatron-style flags, in the `bash -c` line the plan runs in the image
         text = cmd[-1]

@@ -16,7 +16,7 @@ TOY = "recipe=grpo_math"  # named: a command with its own model and no recipe co
 
 
 def warnings(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if "toy arithmetic settings" in line]
+    return [line for line in stderr.splitlines() if "settings sized for the toy arithmetic task" in line]
 
 
 def test_real_model_on_toy_recipe_warns_once_naming_each_field() -> None:
@@ -31,7 +31,7 @@ def test_real_model_on_toy_recipe_warns_once_naming_each_field() -> None:
 def test_only_the_toy_fields_still_set_are_named() -> None:
     out = run_cli("plan", TOY, REAL, "algorithm.max_new_tokens=512", "algorithm.lr=1e-6")
     [line] = warnings(out.stderr)
-    named = line.split("settings (", 1)[1].split(")", 1)[0]
+    named = line.split("task (", 1)[1].split(")", 1)[0]
     assert named == "rewards=['numeric_closeness', 'bare_number']"
 
 

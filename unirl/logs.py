@@ -66,6 +66,24 @@ def level_from_env() -> int:
     return parse_level(os.environ.get(LEVEL_ENV))
 
 
+class OncePerCommand(logging.Filter):
+    """Drops a record logged with ``extra={"once": True}`` whose message this command has already said: a command
+    checks its recipe more than once (the preflight, then the run) and a warning about the recipe is one warning."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, "once", False):
+            return True
+        message = record.getMessage()
+        if message in self.said:
+            return False
+        self.said.add(message)
+        return True
+
+
 def handler() -> StderrHandler | None:
     """unirl's own stderr handler on the ``unirl`` logger, if it has been installed."""
     return next((h for h in logging.getLogger(ROOT).handlers if isinstance(h, StderrHandler)), None)
@@ -88,6 +106,9 @@ def configure(level: str | int | None = None, *, inherit: bool = False) -> int:
         logger.addHandler(current)
     current.setLevel(chosen)
     logger.setLevel(min(chosen, FILE_LEVEL))
+    for old in [f for f in current.filters if isinstance(f, OncePerCommand)]:
+        current.removeFilter(old)  # each command (each configure) says its once-warnings afresh
+    current.addFilter(OncePerCommand())  # on the handler: a logger's own filters never see its children's records
     return chosen
 
 

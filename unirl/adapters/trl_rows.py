@@ -9,6 +9,10 @@ adds the row's ``metadata`` (kept in Python: metadata of many shapes does not fi
 prompts before calling ``rollout_func``, which keeps both types and their index; every other reader sees a plain
 string or list of messages, and reward functions receive ``metadata`` like any dataset column. The text the model
 sees is unchanged.
+
+A chat prompt's index also rides on its first text message's content: accelerate rebuilds every list and dict a
+batch holds on its way to the device (``recursively_apply`` -> ``type(obj)(generator)``), which drops a list
+subclass's attributes but hands strings through as the same objects.
 """
 
 from __future__ import annotations
@@ -36,20 +40,43 @@ class RowMessages(list[Any]):
     row: int
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (with_row, (list(self), self.row))
+        row = row_of(self)
+        return (with_row, (list(self), row)) if row is not None else (list, (list(self),))
 
 
 def with_row(prompt: Any, row: int) -> Any:
     """``prompt`` as the same text or messages, carrying ``row``."""
-    carried: RowPrompt | RowMessages = RowPrompt(prompt) if isinstance(prompt, str) else RowMessages(prompt)
-    carried.row = int(row)
-    return carried
+    if isinstance(prompt, str):
+        text = RowPrompt(prompt)
+        text.row = int(row)
+        return text
+    messages = RowMessages(_content_tagged(prompt, int(row)))
+    messages.row = int(row)
+    return messages
+
+
+def _content_tagged(messages: Any, row: int) -> list[Any]:
+    """``messages`` with the first text content carrying ``row`` (the copy that survives accelerate's rebuild)."""
+    tagged: list[Any] = []
+    done = False
+    for message in messages:
+        if not done and isinstance(message, Mapping) and isinstance(message.get("content"), str):
+            message = {**message, "content": with_row(message["content"], row)}
+            done = True
+        tagged.append(message)
+    return tagged
 
 
 def row_of(prompt: Any) -> int | None:
     """The row index a prompt carries (None for a prompt that did not come from :func:`rows_dataset`)."""
     row = getattr(prompt, "row", None)
-    return row if isinstance(row, int) else None
+    if isinstance(row, int):
+        return row
+    if isinstance(prompt, list):  # a chat prompt rebuilt as another list: its first text content still knows
+        for message in prompt:
+            if isinstance(message, Mapping) and isinstance(message.get("content"), str):
+                return row_of(message["content"])
+    return None
 
 
 def rows_dataset(rows: Sequence[Mapping[str, Any]]) -> Any:
@@ -58,11 +85,17 @@ def rows_dataset(rows: Sequence[Mapping[str, Any]]) -> Any:
     from datasets import Dataset
 
     table = Dataset.from_list([{**{k: row[k] for k in PLAIN_COLUMNS}, ROW_COLUMN: i} for i, row in enumerate(rows)])
-    metadata = [dict(row.get("metadata") or {}) for row in rows]
+    return table.with_transform(CarryRows([dict(row.get("metadata") or {}) for row in rows]))
 
-    def carry(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+
+class CarryRows:
+    """The read transform: each prompt carries its row's index and each row gets its metadata. A class, not a
+    closure, so that ``datasets`` can fingerprint it (a closure gets a random hash and a warning on every run)."""
+
+    def __init__(self, metadata: list[dict[str, Any]]) -> None:
+        self.metadata = metadata
+
+    def __call__(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         batch["prompt"] = [with_row(p, i) for p, i in zip(batch["prompt"], batch[ROW_COLUMN], strict=True)]
-        batch["metadata"] = [metadata[i] for i in batch[ROW_COLUMN]]
+        batch["metadata"] = [self.metadata[i] for i in batch[ROW_COLUMN]]
         return batch
-
-    return table.with_transform(carry)

@@ -76,11 +76,19 @@ def diff(host: Any, recipe: Recipe, left: str, right: str) -> dict[str, Any]:
             left: [{"key": r.native_key, "value": r.value, "default": r.native_default, "note": r.note} for r in ra],
             right: [{"key": r.native_key, "value": r.value, "default": r.native_default, "note": r.note} for r in rb],
             "only_in": left if ra and not rb else right if rb and not ra else None,
-            "defaults_differ": bool(ra and rb) and _normalised(defaults_a) != _normalised(defaults_b),
+            # compared only where both backends have defaults of their own: null is "unset" (the backend derives
+            # the value or requires it), not a default that differs
+            "defaults_differ": bool(ra and rb) and _all_set(defaults_a) and _all_set(defaults_b)
+            and _normalised(defaults_a) != _normalised(defaults_b),
+            "default_unset": bool(ra and rb) and not (_all_set(defaults_a) and _all_set(defaults_b)),
         })
     caps_a, caps_b = asdict(host.frameworks.get(left).capabilities), asdict(host.frameworks.get(right).capabilities)
     capabilities = {k: {left: caps_a[k], right: caps_b[k]} for k in caps_a if caps_a[k] != caps_b.get(k)}
     return {"left": asdict(a), "right": asdict(b), "fields": table, "capabilities": capabilities}
+
+
+def _all_set(defaults: dict[str, Any]) -> bool:
+    return all(v is not None for v in defaults.values())
 
 
 def _normalised(defaults: dict[str, Any]) -> list[str]:
@@ -94,7 +102,17 @@ def _recipe_value(recipe: Recipe, dotted: str) -> Any:
     return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
 
 
+DIFFER, UNSET = "*", "?"
+LEGEND = {DIFFER: "the two backends' own defaults differ here (unirl sends its value to both unless a note says "
+                  "\"not sent\")",
+          UNSET: "a backend has no default of its own here (unset: it derives the value or requires it), so the "
+                 "defaults are not compared"}
+
+
 def print_diff(result: dict[str, Any]) -> None:
+    """The table a researcher reads, whole: no cell is cut (folded in a terminal, one long line when piped), the
+    marks are explained under it, and each key's note (what it counts: prompts or completions, updates or steps)
+    follows, as in ``--json``."""
     from rich.table import Table
 
     from unirl.console import console
@@ -105,10 +123,10 @@ def print_diff(result: dict[str, Any]) -> None:
     def cell(entries: list[dict[str, Any]]) -> str:
         if not entries:
             return "-"
-        return "\n".join(f"{e['key']}={_short(e['value'])}" for e in entries)
+        return "\n".join(f"{e['key']}={_text(e['value'])}" for e in entries)
 
     def default_cell(entries: list[dict[str, Any]]) -> str:
-        return "\n".join(_short(e["default"]) for e in entries) or "-"
+        return "\n".join("unset" if e["default"] is None else _text(e["default"]) for e in entries) or "-"
 
     refusals = [(result[side]["framework"], problem)
                 for side in ("left", "right") for problem in result[side]["refused"]]
@@ -116,23 +134,38 @@ def print_diff(result: dict[str, Any]) -> None:
         out.print(f"{framework} refuses: {problem}", markup=False, highlight=False)
     if refusals:
         out.print("(the table below shows what each backend's mapping would send; a refused side does not run)")
-    table = Table("recipe field", "recipe value", f"{left} key = value", f"{left} default",
-                  f"{right} key = value", f"{right} default", title=f"one recipe: {left} vs {right}")
+    table = Table(title=f"one recipe: {left} vs {right}")
+    for header in ("recipe field", "recipe value", f"{left} key = value", f"{left} default", f"{right} key = value",
+                   f"{right} default"):
+        table.add_column(header, overflow="fold")  # a terminal folds a long key; nothing is cut to "…"
+    marks: set[str] = set()
     for row in result["fields"]:
-        mark = " *" if row["defaults_differ"] else ""
-        table.add_row(row["recipe_field"] + mark, _short(row["value"]), cell(row[left]), default_cell(row[left]),
-                      cell(row[right]), default_cell(row[right]))
+        mark = DIFFER if row["defaults_differ"] else UNSET if row.get("default_unset") else ""
+        marks.add(mark)
+        table.add_row(row["recipe_field"] + (f" {mark}" if mark else ""), _text(row["value"]), cell(row[left]),
+                      default_cell(row[left]), cell(row[right]), default_cell(row[right]))
+    if not out.is_terminal:  # piped into grep or a file: each row on one line, however long
+        from rich.measure import Measurement
+
+        out.width = max(out.width, Measurement.get(out, out.options.update_width(1 << 20), table).maximum)
     out.print(table)
-    out.print("* the two backends' own defaults differ here (unirl sets the key on both)")
+    for mark in (DIFFER, UNSET):
+        if mark in marks:
+            out.print(f"{mark} {LEGEND[mark]}")
     for key, values in result["capabilities"].items():
-        out.print(f"capability {key}: {left}={_short(values[left])} | {right}={_short(values[right])}")
+        out.print(f"capability {key}: {left}={_text(values[left])} | {right}={_text(values[right])}")
+    notes = [(row["recipe_field"], side, e["key"], e["note"]) for row in result["fields"] for side in (left, right)
+             for e in row[side] if e["note"]]
+    if notes:
+        out.print("\nwhat each key counts (the mappings' notes):")
+        for field, side, key, note in notes:
+            out.print(f"  {field} -> {side} {key}: {note}", soft_wrap=not out.is_terminal)
 
 
-def _short(value: Any, width: int = 48) -> str:
+def _text(value: Any) -> str:
     import json
 
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 def check_names(host: Any, names: list[str]) -> None:

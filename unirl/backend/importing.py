@@ -23,6 +23,7 @@ from typing import Any
 
 from unirl.backend.contract import NO_DEFAULT, OMIT, Mapping
 from unirl.backend.plan import RUN_DIR, LaunchPlan
+from unirl.data.run_length import training_rows
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
 from unirl.recipe.fields import FieldInfo, schema_fields, value_at
 from unirl.recipe.schema import Recipe, recipe_from_dict, validate
@@ -214,6 +215,12 @@ def base_recipe(framework: Any, table: tuple[Mapping, ...]) -> Recipe:
     return recipe
 
 
+def unknown_override(framework: Any, key: str) -> str | None:
+    """Why the backend would refuse ``key`` as an override (a key its config does not have), where it can say."""
+    check = getattr(framework, "unknown_override", None)
+    return check(key) if check is not None else None
+
+
 def build(base: Recipe, fields: dict[str, Any], overrides: dict[str, Any]) -> Recipe:
     tree = dataclasses.asdict(base)
     for dotted, value in fields.items():
@@ -312,6 +319,7 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
     overrides: dict[str, Any] = {}
     consumed = {k: name for name, keys in origin.items() for k in keys}
     row_field = {k: m.recipe_field for m in table for k in keys_of(m)}
+    uncarried: list[FieldError] = []
     for key, value in native_with_defaults.items():
         mine = planned.get(key, OMIT)
         if key not in native:  # a default kept: sent explicitly only where the plan would send another value
@@ -320,11 +328,17 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
             continue
         if key in dropped:
             report.dropped.append((key, value, dropped[key]))
+        elif key not in row_field and (why := unknown_override(framework, key)):
+            report.dropped.append((key, value, why))  # the backend's own config has no such key: its run fails
         elif key in read_lengths and key not in failed:
             report.mapped.append((key, consumed.get(key, f"({row_field.get(key, 'run length')})"),
                                   fields.get(consumed[key]) if key in consumed else value))
         elif isinstance(mine, str) and mine.startswith(RUN_DIR) and key in consumed:
             report.mapped.append((key, consumed[key], fields.get(consumed[key])))
+        elif isinstance(mine, str) and mine.startswith(RUN_DIR) and key in failed and row_field.get(key, "") not in (
+                given or {}):  # the run's own data, in a form the recipe cannot hold: unirl would export other rows
+            uncarried.append(FieldError(key, value, f"{failed[key]}; name the data in a form unirl reads with "
+                                                    f"--set {row_field.get(key, 'data.train')}=..."))
         elif isinstance(mine, str) and mine.startswith(RUN_DIR):
             report.dropped.append((key, value, f"a path unirl sets itself ({mine})"))
         elif mine is not OMIT and same(mine, value):
@@ -334,6 +348,8 @@ def import_native(framework: Any, native: dict[str, Any], known_rewards: list[st
                 report.mapped.append((key, f"({row_field.get(key, 'launch')}: unirl sends the same)", value))
         else:
             overrides[key] = value
+    if uncarried:
+        raise RecipeInvalid(uncarried, context=f"import: the {backend} command's data, which the recipe cannot hold")
     if overrides:
         recipe = build(base, fields, overrides)
         kept = dict(overrides)
@@ -997,10 +1013,19 @@ def effective_runs(framework: Any, native: dict[str, Any], recipe: Recipe, confi
                    ) -> tuple[Any, Any] | None:
     """The effective runs (:mod:`unirl.backend.effective_run`) of a native configuration and of the plan of the
     recipe imported from it, or None for a backend that has no reader of its own configuration. The rows are not
-    known here (the data is usually elsewhere), except in the plan's own export when the plan counted them."""
+    known here (the data is usually elsewhere), except in the plan's own export when the plan counted them, and
+    where the command names no data (a GRPOConfig): then both run on the recipe's, counted where they can be."""
     if getattr(framework, "effective_run", None) is None:
         return None
-    return framework.effective_run(native, None, config_class), planned_run(framework, recipe, None)
+    rows = None if names_data(framework, native) else training_rows(recipe)
+    return framework.effective_run(native, rows, config_class), planned_run(framework, recipe, rows)
+
+
+def names_data(framework: Any, native: dict[str, Any]) -> bool:
+    """Whether the native configuration names its training data (a GRPOConfig cannot; a verl or OpenRLHF command
+    may leave it out). A backend that does not say is taken to."""
+    keys = getattr(framework, "import_data_keys", None)
+    return keys is None or any(k in native for k in keys)
 
 
 def planned_run(framework: Any, recipe: Recipe, rows: int | None) -> Any:

@@ -157,7 +157,7 @@ def cmd_import(args: list[str]) -> int:
     except (ValueError, OSError, UnirlError, RecursionError) as exc:
         err(str(exc) or type(exc).__name__)
         return EXIT_USAGE
-    from unirl.backend.importing import CONFIG_CLASS_KEY, effective_runs
+    from unirl.backend.importing import CONFIG_CLASS_KEY, effective_runs, names_data
     from unirl.host.manager import get_host
 
     config_class = str(native.pop(CONFIG_CLASS_KEY, "GRPOConfig")) if backend == "trl" else None
@@ -180,6 +180,12 @@ def cmd_import(args: list[str]) -> int:
     if other:
         report += f"\nnot imported from the command line ({len(other)}):\n" + "\n".join(
             f"  {token}: {why}" for token, why in other)
+    if not names_data(host.frameworks.get(backend), native):
+        data = imported.recipe.data.train
+        report += (f"\ndata: the {'configuration' if backend == 'trl' else 'command'} names no training data, so the "
+                   f"recipe trains on unirl's default ({data}); name yours with --set data.train=FILE (.jsonl, "
+                   ".json, .parquet; a list of them) or hf:<dataset>@<split>, and data.prompt_key / "
+                   "data.answer_key for its columns")
     runs = effective_runs(host.frameworks.get(backend), native, imported.recipe, config_class)
     if runs is not None:
         report += "\n" + runs_text(backend, *runs)

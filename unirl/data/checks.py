@@ -14,13 +14,17 @@ from unirl.recipe.schema import BUILTIN_PREFIX, HUB_PREFIX, Recipe, hub_source, 
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 NO_SUCH_FILE = "no such file on this machine"
+NO_SUCH_MODEL = ("no such directory on this machine; give a hub id (org/name), a local model directory, or "
+                 "builtin:<name>")
+NOT_HERE = (NO_SUCH_FILE, NO_SUCH_MODEL)
+"""What a plan made here lets pass: a cluster's path (a run launched from here checks them, in the preflight)."""
 BUILTIN_DATASETS = ("arith", "lookup")
 
 
 def data_problems(recipe: Recipe, *, missing_files: bool = True) -> list[FieldError]:
     """Every problem with the recipe's model and data sources (``missing_files=False``: a data file that is not on
     this machine is not one, for a plan made here of a run that reads it elsewhere)."""
-    problems = model_problems(recipe.model.path)
+    problems = [p for p in model_problems(recipe.model.path) if missing_files or p.allowed not in NOT_HERE]
     for key in ("data.train", "data.eval"):
         value = value_at(recipe, key)
         shape = source_shape_problem(key, value)
@@ -29,7 +33,7 @@ def data_problems(recipe: Recipe, *, missing_files: bool = True) -> list[FieldEr
             continue
         for source in sources_of(value):
             problems += [p for p in source_problems(key, source)
-                         if missing_files or p.allowed != NO_SUCH_FILE]
+                         if missing_files or p.allowed not in NOT_HERE]
     return [*problems, *builtin_data_option_problems(recipe)]
 
 
@@ -46,8 +50,10 @@ def source_shape_problem(key: str, value: object) -> FieldError | None:
 
 
 def missing_data_files(recipe: Recipe) -> list[str]:
-    """The local data files the recipe names that are not on this machine (a cluster's paths, say)."""
-    missing = []
+    """The local model directory and data files the recipe names that are not on this machine (a cluster's
+    paths, say)."""
+    missing = [f"model.path={recipe.model.path}" for p in model_problems(recipe.model.path)
+               if p.allowed == NO_SUCH_MODEL]
     for key in ("data.train", "data.eval"):
         value = value_at(recipe, key)
         if source_shape_problem(key, value):
@@ -67,8 +73,7 @@ def model_problems(path: str, builtin_models: tuple[str, ...] = tuple(SHAPES)) -
         return []  # a hub id: resolved (and cached) by transformers when the backend loads it
     local = Path(path).expanduser()
     if not local.is_dir():
-        return [FieldError("model.path", path, "no such directory; give a hub id (org/name), a local model "
-                           "directory, or builtin:<name>")]
+        return [FieldError("model.path", path, NO_SUCH_MODEL)]
     if not (local / "config.json").is_file():
         return [FieldError("model.path", path, "directory has no config.json; not a transformers model")]
     if not any(local.glob("*.safetensors")) and not any(local.glob("*.bin")):

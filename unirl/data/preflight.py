@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from unirl.data.checks import NO_SUCH_FILE
+from unirl.data.checks import NO_SUCH_FILE, NO_SUCH_MODEL
 from unirl.data.columns import MISSING, describe, lookup
 from unirl.errors import FieldError
 from unirl.jsonl import JsonlError, objects
@@ -58,8 +58,16 @@ def inspect_inputs(recipe: Recipe, *, network: bool = True) -> InputReport:
                                         ("data.eval", recipe.data.eval_sources, "test")):
         for source in sources:
             report.problems += _check_source(recipe, key, source, default_split, network, report.unchecked)
+    if len(recipe.data.train_sources) > 1 and not report.problems:
+        from unirl.data.run_length import training_rows
+
+        usable = training_rows(recipe)  # None where one source cannot be counted here (the backend counts it)
+        if usable is not None and usable < recipe.algorithm.prompts_per_step:
+            report.problems.append(FieldError("data.train", recipe.data.train, f"has {usable} usable rows in all, "
+                                              "fewer than one training step (algorithm.prompts_per_step="
+                                              f"{recipe.algorithm.prompts_per_step})"))
     if network or is_local_path(recipe.model.path) or recipe.model.path.startswith(BUILTIN_PREFIX):
-        report.problems += _check_model(recipe.model.path, recipe.model.revision)
+        report.problems += _check_model(recipe.model.path, recipe.model.revision, network, report.unchecked)
     return report
 
 
@@ -225,7 +233,7 @@ def _check_rows(recipe: Recipe, key: str, source: str, head: DataHead) -> list[F
         except (KeyError, IndexError, ValueError) as exc:
             problems.append(FieldError("data.prompt_template", data.prompt_template,
                                        f"a format string over the row's columns {columns}; it fails with {exc!r}"))
-    if key == "data.train" and head.complete:
+    if key == "data.train" and head.complete and len(recipe.data.train_sources) == 1:  # a list: its total counts
         usable = min(len(rows), data.train_rows or len(rows))
         if usable < recipe.algorithm.prompts_per_step:
             problems.append(FieldError(key, source, f"has {usable} usable rows, fewer than one training step "
@@ -262,12 +270,17 @@ def _is_messages(value: Any) -> bool:
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value)
 
 
-def _check_model(path: str, revision: str | None) -> list[FieldError]:
+def _check_model(path: str, revision: str | None, network: bool, unchecked: list[str]) -> list[FieldError]:
     if path.startswith(BUILTIN_PREFIX):
         return []
     if not is_local_path(path):
         return _check_hub("model.path", path, path, "model")
     local = Path(path).expanduser()
+    if not local.is_dir():  # planning lets it pass (a cluster's path); a run loads its model here
+        if not network:
+            unchecked.append(f"model.path={path!r}: not on this machine, not read by the plan")
+            return []
+        return [FieldError("model.path", path, f"{NO_SUCH_MODEL}: a run launched from here loads the model here")]
     if not (local / "config.json").is_file():
         return []  # recipe.validate reported it
     problems: list[FieldError] = []

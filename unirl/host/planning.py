@@ -110,8 +110,9 @@ def plan_recipe(host: Host, recipe: Recipe) -> LaunchPlan:
     away = missing_data_files(recipe)
     if away:  # planned without reading them: a plan made here may be for a run that reads its data elsewhere
         plan = replace(plan, notes=[*plan.notes, f"{', '.join(away)}: not on this machine, so the plan did not read "
-                                                 "it; a run launched from here reads and exports it here and stops "
-                                                 "before starting if it is still missing"])
+                                                 f"{'them' if len(away) > 1 else 'it'}; a run launched from here "
+                                                 "reads them here (the data exported into the run directory) and "
+                                                 "stops before starting if one is still missing"])
     if recipe.environment.name:  # what the engine's episode loop loses on this backend, from the engine registry
         engine = host.rollout_engines.get(str(plan.recipe["rollout"]["engine"]))
         lost = engine.episodes_lose.get(plan.framework)

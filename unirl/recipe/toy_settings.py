@@ -37,8 +37,10 @@ def toy_settings(recipe: Recipe) -> list[str]:
 
 
 def warn_toy_settings(recipe: Recipe) -> None:
-    """Log one warning when ``model.path`` is a real model and the recipe keeps the toy's settings."""
+    """Log one warning when ``model.path`` is a real model and the recipe has the toy's settings."""
     found = toy_settings(recipe)
-    if found:
-        log.warning("model.path=%s is not a builtin model but the recipe keeps the toy arithmetic settings (%s); %s",
-                    recipe.model.path, ", ".join(found), REAL_RECIPE)
+    if not found:
+        return
+    log.warning("model.path=%s is not a builtin model but the recipe has settings sized for the toy arithmetic task "
+                "(%s); %s", recipe.model.path, ", ".join(found), REAL_RECIPE,
+                extra={"once": True})  # the preflight and the run both check the recipe: said once a command

@@ -86,8 +86,11 @@ PARAM_DTYPE = {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def train_gpus_per_node(r: Recipe) -> int:
-    """Training GPUs per node: all of them when colocated, else what the rollout engines leave."""
-    return (r.total_gpus - r.rollout_gpus) // r.resources.nodes
+    """The actor's GPUs per node: all of them when colocated, else what the rollout engines leave, which a critic
+    shares half and half (outside --train.colocate_all OpenRLHF places the critic on GPUs of its own,
+    train_ppo_ray.py:105-129 @ 0.11.2)."""
+    training = (r.total_gpus - r.rollout_gpus) // r.resources.nodes
+    return training // 2 if not r.rollout.colocated and uses_critic(r) else training
 
 
 def vllm_engines(r: Recipe) -> int:
@@ -238,12 +241,44 @@ def prompt_budget_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"data.max_prompt_tokens": budget}
 
 
+LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet")  # the local files both OpenRLHF and unirl read
+
+
+def data_sources(value: Any, split: Any, probabilities: Any) -> str | list[str]:
+    """OpenRLHF's ``--data.prompt_dataset`` / ``--eval.dataset`` as recipe data sources. OpenRLHF reads each
+    comma-separated entry as a local data file by its suffix, else a hub dataset whose ``split`` it selects
+    (openrlhf/datasets/utils.py:29-80 @ 0.11.2): a hub id becomes ``hf:<id>@<split>``, a list of entries a list
+    of sources (concatenated, as OpenRLHF does without probabilities). What the recipe cannot say (sampling
+    probabilities, a data_dir after ``@``, a local folder, .csv or .arrow files) stays native (ValueError)."""
+    entries = [e.strip() for e in str(value).split(",") if e.strip()]
+    if probabilities is not None and len(entries) > 1:
+        raise ValueError(f"{value!r} is mixed with probabilities {probabilities!r}: the recipe concatenates")
+    sources = []
+    for entry in entries:
+        if "@" in entry:
+            raise ValueError(f"{entry!r} names a data_dir after '@'")
+        if entry.lower().endswith(LOCAL_DATA_SUFFIXES):
+            sources.append(entry)
+        elif Path(entry).suffix.lower() in (".csv", ".arrow", ".py") or entry.startswith(("/", ".", "~", "$")):
+            raise ValueError(f"{entry!r}: a local folder or file unirl does not read (it reads "
+                             f"{', '.join(LOCAL_DATA_SUFFIXES)} files and hf:<dataset>@<split>)")
+        else:
+            sources.append(f"hf:{entry}@{split or 'train'}")
+    if not sources:
+        raise ValueError(f"{value!r}: no data source")
+    return sources[0] if len(sources) == 1 else sources
+
+
 def train_from(value: Any, view: NativeView) -> dict[str, Any]:
-    return {} if str(value).startswith(RUN_DIR) else {"data.train": str(value)}
+    if str(value).startswith(RUN_DIR):
+        return {}
+    return {"data.train": data_sources(value, view.get("data.prompt_split"), view.get("data.prompt_probs"))}
 
 
 def eval_from(value: Any, view: NativeView) -> dict[str, Any]:
-    return {} if str(value).startswith(RUN_DIR) else {"data.eval": str(value)}
+    if str(value).startswith(RUN_DIR):
+        return {}
+    return {"data.eval": data_sources(value, view.get("eval.split"), None)}
 
 
 def prompt_key_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -273,10 +308,17 @@ def engines_from(value: Any, view: NativeView) -> dict[str, Any]:
 
 
 def gpus_from(value: Any, view: NativeView) -> dict[str, Any]:
-    """:func:`train_gpus_per_node` backwards: the rollout GPUs (disaggregated) are on top of the training GPUs."""
+    """:func:`train_gpus_per_node` backwards: the rollout GPUs (disaggregated) are on top of the training GPUs, and
+    so are a critic's, which the recipe gives as many GPUs as the actor."""
     nodes = int(view.field("resources.nodes"))
     rollout = 0 if view.get("train.colocate_all") else int(view.field("rollout.gpus") or 0)
-    return {"resources.gpus_per_node": int(value) + _whole(rollout, nodes, "resources.nodes")}
+    critic = 0
+    if not view.get("train.colocate_all") and view.get("algo.advantage.estimator") == "gae":  # a critic (:645-650)
+        critic = int(view.get("critic.num_gpus_per_node") or 0)
+        if critic != int(value):
+            raise ValueError(f"the critic's {critic} GPUs per node differ from the actor's {value}: the recipe splits "
+                             "its training GPUs evenly between them")
+    return {"resources.gpus_per_node": int(value) + critic + _whole(rollout, nodes, "resources.nodes")}
 
 
 def save_steps_from(value: Any, view: NativeView) -> dict[str, Any]:
@@ -587,6 +629,7 @@ class OpenRlhfFramework(NativeFramework):
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = "dotted flags (the flat flag names before 0.10.2 are not emitted)"
     import_base: ClassVar[dict[str, Any]] = {"eval.before_training": False}
+    import_data_keys = ("data.prompt_dataset",)
     """``unirl import openrlhf`` starts from these: OpenRLHF 0.11 has no evaluation before training."""
 
     @staticmethod
@@ -670,4 +713,12 @@ def _resource_problems(r: Recipe) -> list[FieldError]:
     if r.total_gpus and not r.rollout.colocated and (r.total_gpus - r.rollout_gpus) % r.resources.nodes:
         problems.append(Unsupported("rollout.gpus", r.rollout_gpus, NAME,
                                     "a split that leaves every node the same number of training GPUs"))
+    if r.total_gpus and not r.rollout.colocated and uses_critic(r) and (r.total_gpus - r.rollout_gpus) // max(
+            r.resources.nodes, 1) % 2:
+        training = r.total_gpus - r.rollout_gpus
+        problems.append(Unsupported(
+            "rollout.gpus", r.rollout_gpus, NAME,
+            f"a split that leaves an even number of training GPUs per node with a critic: outside "
+            f"--train.colocate_all OpenRLHF places the critic on GPUs of its own (train_ppo_ray.py:105-129), so the "
+            f"{training} training GPUs are shared half and half by the actor and the critic"))
     return problems

@@ -581,6 +581,8 @@ class TrlFramework:
     capabilities = CAPABILITIES
     mapping = MAPPING
     options: ClassVar[dict[str, Any]] = asdict(FrameworkOptions(name=NAME))
+    import_data_keys: ClassVar[tuple[str, ...]] = ()
+    """The native keys that name the training data: none, a GRPOConfig holds no dataset (the trainer is handed one)."""
     import_dropped: ClassVar[dict[str, str]] = {
         "output_dir": "a path unirl sets itself (<run dir>/trl)",
         "report_to": "unirl records metrics itself (report_to=none)",

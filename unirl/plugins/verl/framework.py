@@ -26,6 +26,7 @@ from unirl.backend.native import (
     MICRO_BATCH_NOTE,
     SPEC_PATH,
     NativeFramework,
+    flatten,
     logprob_micro_batch,
     micro_batch,
     micro_batch_note,
@@ -38,6 +39,7 @@ from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import LaunchPlan, in_run_dir
 from unirl.data.run_length import counted_at_launch
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
+from unirl.errors import FieldError
 from unirl.plugins.verl.native_check import VLLM_LORA_RANKS
 from unirl.recipe.schema import Recipe
 from unirl.record.metrics_bridge import ATTEMPT, NATIVE_DIR, TB_DIR, verl_metrics_file
@@ -571,6 +573,55 @@ class VerlFramework(NativeFramework):
     export_format = EXPORT_FORMAT
     supported_versions = SUPPORTED_VERSIONS
     supported_versions_text = "verl 0.9.x, the release this plugin's mapping table follows"
+    import_data_keys = ("data.train_files",)
+    """The native keys that name the training data (left out: verl's default path, which unirl replaces)."""
+
+    @staticmethod
+    def import_defaults(native: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What ``unirl import`` reads into fields a command cannot say: verl's reward managers read each row's
+        reference from ``reward_model.ground_truth``, fixed in code rather than a key (reward_loop/reward_manager/
+        naive.py:43, dapo.py:61 @ 0.9.1; the layout examples/data_preprocess/gsm8k.py writes), so the imported
+        recipe names that column for its rewards. A command on unirl's own exports (a plan read back) keeps the
+        recipe's column, as does one that names no data (the recipe keeps unirl's data, reported)."""
+        train = native.get("data.train_files")
+        if train is None or str(train).startswith(TRAIN_FILE.split("/")[0]):
+            return {}, {}
+        return {"data.answer_key": "reward_model.ground_truth"}, {}
+
+    @staticmethod
+    def unknown_override(key: str, version: str | None = None) -> str | None:
+        """Why verl would refuse ``key`` as a command-line override (Hydra's struct rule against the snapshot of its
+        composed config), or None. Only for the snapshot's release: another's keys are checked by ``--validate``."""
+        from unirl.plugins.verl.schema import SNAPSHOT_VERSION, unknown_keys
+
+        if (version or SNAPSHOT_VERSION) != SNAPSHOT_VERSION:
+            return None
+        found = unknown_keys({key: None}, SNAPSHOT_VERSION)
+        return found[0].split(": ", 1)[1] + " (verl would refuse the command)" if found else None
+
+    def extra_problems(self, recipe: Recipe) -> list[FieldError]:
+        """A native override that is not a key of verl's config fails in verl's Hydra after launch: refused here,
+        at plan time, naming the keys of that name verl has (an example written for an older release)."""
+        from unirl.plugins.verl.schema import known_keys
+
+        version = recipe.framework.get("version")
+        keys = known_keys()
+        problems: list[FieldError] = []
+
+        def walk(tree: dict[str, Any], prefix: str) -> None:
+            for key, value in tree.items():
+                path = f"{prefix}{key}"
+                bare = path.lstrip("+")
+                if isinstance(value, dict) and value and bare in keys and any(k.startswith(bare + ".") for k in keys):
+                    walk(value, path + ".")  # a node of verl's config given as a mapping: its keys are checked
+                elif (why := self.unknown_override(path, version)) is not None:
+                    leaves = flatten(value, bare) if isinstance(value, dict) and value else {bare: value}
+                    for leaf, leaf_value in leaves.items():  # named as the dotted key a user would write
+                        leaf_why = self.unknown_override(leaf, version) if leaf != bare else why
+                        problems.append(FieldError(f"framework.overrides.{leaf}", leaf_value, leaf_why or why))
+
+        walk(recipe.framework.get("overrides") or {}, "")
+        return problems
 
     def launch_keys(self, recipe: Recipe) -> dict[str, Any]:
         """Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start."""
