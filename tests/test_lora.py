@@ -131,3 +131,19 @@ def test_a_lora_run_of_the_embedded_task_learns_training_a_fraction_of_the_weigh
     assert not (checkpoint.path / "model.safetensors").exists()
     adapter = json.loads((checkpoint.path / "adapter_config.json").read_text())
     assert adapter["r"] == 32 and "embed_tokens" in adapter["modules_to_save"]
+
+
+def test_modules_to_save_matches_path_ends_whatever_peft_version_is_installed() -> None:
+    """The recipe's rule (a name matches every module whose path ends with it) is resolved by unirl: PEFT 0.22 matches
+    whole path components only, which would train the final norm alone of the builtin model's five."""
+    from peft import LoraConfig, get_peft_model
+
+    from unirl.data.builtin import tiny_model
+    from unirl.plugins.trl.runner import modules_matching
+
+    model, _ = tiny_model.build("tiny-arith", 0)
+    names = modules_matching(model, ["embed_tokens", "norm"])
+    assert names == ["embed_tokens", "input_layernorm", "post_attention_layernorm", "norm"]
+    peft_model = get_peft_model(model, LoraConfig(r=32, lora_alpha=64, target_modules="all-linear",
+                                                  modules_to_save=names))
+    assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == 2 * 45_056 + 20 * 64 + 5 * 64

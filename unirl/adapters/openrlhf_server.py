@@ -614,8 +614,10 @@ class RewardServer:
                 log.warning("accept failed (%s); retrying", exc)
                 time.sleep(POLL_S)
                 return
-            if len(self._waiting) >= self.max_waiting:
-                self._shed_oldest(selector)
+            if self._held() >= self.max_waiting and not self._shed_oldest(selector):
+                self.shed += 1  # every place holds a request parked for a worker: the newcomer goes instead
+                conn.close()
+                return
             self._watch(selector, conn, address, b"")
             if not self._can_accept():
                 return
@@ -624,10 +626,16 @@ class RewardServer:
         """Room for one more waiting connection: under the cap, or one waiting long enough to be shed for it. A
         connection younger than SHED_AFTER_S is not shed (a burst of real clients sends its requests at once), so
         at the cap with none older, new connections wait in the backlog instead."""
-        if len(self._waiting) < self.max_waiting:
+        if self._held() < self.max_waiting:
             return True
         oldest = next((w for w in self._waiting.values() if w.draining_until is None), None)
-        return oldest is None or time.monotonic() - oldest.since >= SHED_AFTER_S
+        if oldest is None:  # every place is a request parked for a worker, or one being closed: none to shed
+            return not self._ready and bool(self._waiting)
+        return time.monotonic() - oldest.since >= SHED_AFTER_S
+
+    def _held(self) -> int:
+        """Connections the reception stage holds: waiting for their request, or holding one parked for a worker."""
+        return len(self._waiting) + len(self._ready)
 
     def _watch(self, selector: selectors.BaseSelector, conn: socket.socket, address: Any, buffer: bytes) -> None:
         now = time.monotonic()
@@ -635,7 +643,7 @@ class RewardServer:
         waiting = _Waiting(conn, address, now, bytearray(buffer), now if buffer else None)
         self._waiting[conn] = waiting
         with self._lock:
-            self.peak_connections = max(self.peak_connections, len(self._waiting) + len(self._busy))
+            self.peak_connections = max(self.peak_connections, self._held() + len(self._busy))
         if buffer and waiting.complete(self.limits):
             self._ready.append(waiting)
             self._waiting.pop(conn)
@@ -690,26 +698,30 @@ class RewardServer:
                 self.count(408)
                 self._answer_and_close(selector, waiting, HTTPStatus.REQUEST_TIMEOUT, timeout_payload(limits))
 
-    def _shed_oldest(self, selector: selectors.BaseSelector) -> None:
+    def _shed_oldest(self, selector: selectors.BaseSelector) -> bool:
         """Make room for a new connection: close the one that has waited longest for its request (the first in
-        ``_waiting``, which holds connections in the order they started waiting)."""
+        ``_waiting``, which holds connections in the order they started waiting). False when none waits (every
+        place holds a request parked for a worker)."""
+        if not self._waiting:
+            return False
         oldest = next((w for w in self._waiting.values() if w.draining_until is None), None)
         if oldest is None:  # every one is already being closed: the oldest goes now
             oldest = next(iter(self._waiting.values()))
             self._forget(selector, oldest)
             oldest.conn.close()
-            return
+            return True
         self.shed += 1
         if oldest.first_byte is None:
             self._forget(selector, oldest)
             oldest.conn.close()
-            return
+            return True
         self.count(503)
         self._answer_and_close(selector, oldest, HTTPStatus.SERVICE_UNAVAILABLE, {
             "error": f"{self.max_waiting} connections were waiting for their requests and this one had waited "
                      "longest: retry", "field": None}, "Retry-After: 1\r\n")
         self._forget(selector, oldest)  # a shed connection's drain does not hold a place either
         oldest.conn.close()
+        return True
 
     def _answer_and_close(self, selector: selectors.BaseSelector, waiting: _Waiting, status: HTTPStatus,
                           payload: dict[str, Any], extra: str = "") -> None:
@@ -727,8 +739,13 @@ class RewardServer:
                 conn, address, leftover = self._returned.get_nowait()
             except queue.Empty:
                 return
-            if self._stop.is_set():
+            if self._stop.is_set() or (self._held() >= self.max_waiting and not leftover):
+                # at the cap an idle keep-alive connection is closed rather than a waiting client shed for it
+                # (HTTP lets a server close an idle persistent connection; the client opens a new one)
                 conn.close()
+                continue
+            if self._held() >= self.max_waiting and not self._shed_oldest(selector):
+                conn.close()  # every place holds a parked request: this connection's partial request goes
                 continue
             self._watch(selector, conn, address, leftover)
 

@@ -510,6 +510,10 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     t_start = time.monotonic()
     recipe = recipe_from_dict(plan.recipe)
     ranks = Ranks.current()
+    if recipe.rollout.engine == "vllm":
+        from unirl.plugins.trl.vllm_cpu import private_rendezvous
+
+        private_rendezvous(ranks.world)  # before TRL or accelerate pick a well-known port another run may hold
     if ranks.world == 1:
         resumed_from = resume_point(recipe, run_dir) if recipe.run.resume else None
     args = launch_args(plan)
@@ -778,7 +782,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
             model=model, reward_funcs=[*adapter.reward_funcs(), *trl_reward_funcs(plan)],
             args=config_class(output_dir=str(run_dir / CHECKPOINTS), **args),
             train_dataset=rows_dataset(train_rows), processing_class=tok, callbacks=[UnirlCallback()],
-            peft_config=lora_config(plan), **loop)
+            peft_config=lora_config(plan, model), **loop)
         trainer.remove_callback(PrinterCallback)  # it prints every log dict; unirl shows progress itself
         # PEFT injects the adapters into ``model``'s own modules (the trainer holds a PeftModel around it), so the
         # held-out evaluation of ``model`` below sees the trained adapters
@@ -813,14 +817,29 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
     check_updates(summary, recipe, len(train_rows))  # completed, or failed with what ran (zero updates included)
 
 
-def lora_config(plan: LaunchPlan) -> Any:
+def lora_config(plan: LaunchPlan, model: Any) -> Any:
     """PEFT's LoraConfig for ``model.lora`` (the plan's peft_config), None for full fine-tuning."""
     spec = plan.native_config.get("peft_config")
     if not spec:
         return None
     from peft import LoraConfig
 
+    if spec.get("modules_to_save"):
+        spec = {**spec, "modules_to_save": modules_matching(model, spec["modules_to_save"])}
     return LoraConfig(**spec)
+
+
+def modules_matching(model: Any, names: list[str]) -> list[str]:
+    """``model.lora.modules_to_save`` as the recipe defines it, each name matching every module whose path ends with
+    it (``norm``: every RMSNorm, ``input_layernorm`` included), given to PEFT as the last path components it then
+    matches whatever its rule: PEFT 0.21 matched a path's end, 0.22 matches whole components only, which would
+    silently train one norm of five."""
+    found: list[str] = []
+    for path, _ in model.named_modules():
+        last = path.rsplit(".", 1)[-1]
+        if path and any(path.endswith(name) for name in names) and last not in found:
+            found.append(last)
+    return [*found, *(name for name in names if name not in found)]
 
 
 def parameter_counts(model: Any) -> dict[str, int]:

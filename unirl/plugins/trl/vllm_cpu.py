@@ -37,3 +37,20 @@ def engine_loadable(model: Any, tok: Any, run_dir: Path) -> None:
     model.save_pretrained(where)
     tok.save_pretrained(where)
     model.config._name_or_path = str(where)
+
+
+def private_rendezvous(ranks_world: int) -> None:
+    """A rendezvous port of this run's own for the process group a colocated vLLM engine joins, in a run of one
+    process (torchrun sets MASTER_ADDR/MASTER_PORT for several). Left unset, TRL probes a fixed list (29500, 23456,
+    12355, 12345: trl/trainer/utils.py:97-104) and accelerate falls back to 29500, so a second run, or a torchrun job
+    on the same machine, makes this one fail with EADDRINUSE. The kernel hands out a free ephemeral port instead."""
+    import os
+    import socket
+
+    if ranks_world > 1 or os.environ.get("MASTER_PORT"):
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
