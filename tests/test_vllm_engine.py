@@ -46,7 +46,7 @@ def test_plan_refuses_vllm_on_cpu_for_a_model_whose_heads_it_cannot_compute(tmp_
 @pytest.mark.slow
 def test_trl_trains_with_vllm_generating_on_the_cpu_and_records_the_whole_run(isolated: Path) -> None:
     """A few GRPO steps with vLLM's CPU engine: TRL syncs the trained weights into it every step (unirl turns oneDNN
-    weight packing off, unirl/plugins/trl/vllm_cpu.py), and the run record is the one an hf run writes. The
+    weight packing off, unirl/plugins/trl/vllm_engine.py), and the run record is the one an hf run writes. The
     log-prob gap between vLLM's sampler and the trainer is recorded through TRL's importance-sampling correction."""
     python = backend_python("vllm")
     model = tiny_model_vllm_computes(isolated / "model")

@@ -57,14 +57,17 @@ def with_row(prompt: Any, row: int) -> Any:
 
 def _content_tagged(messages: Any, row: int) -> list[Any]:
     """``messages`` with the first text content carrying ``row`` (the copy that survives accelerate's rebuild)."""
-    tagged: list[Any] = []
-    done = False
-    for message in messages:
-        if not done and isinstance(message, Mapping) and isinstance(message.get("content"), str):
-            message = {**message, "content": with_row(message["content"], row)}
-            done = True
-        tagged.append(message)
+    tagged = list(messages)
+    first = _first_text(tagged)
+    if first is not None:
+        tagged[first] = {**tagged[first], "content": with_row(tagged[first]["content"], row)}
     return tagged
+
+
+def _first_text(messages: list[Any]) -> int | None:
+    """The index of the first message whose content is text (None: none is)."""
+    return next((i for i, m in enumerate(messages) if isinstance(m, Mapping) and isinstance(m.get("content"), str)),
+                None)
 
 
 def row_of(prompt: Any) -> int | None:
@@ -73,9 +76,8 @@ def row_of(prompt: Any) -> int | None:
     if isinstance(row, int):
         return row
     if isinstance(prompt, list):  # a chat prompt rebuilt as another list: its first text content still knows
-        for message in prompt:
-            if isinstance(message, Mapping) and isinstance(message.get("content"), str):
-                return row_of(message["content"])
+        first = _first_text(prompt)
+        return None if first is None else row_of(prompt[first]["content"])
     return None
 
 

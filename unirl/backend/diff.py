@@ -70,17 +70,17 @@ def diff(host: Any, recipe: Recipe, left: str, right: str) -> dict[str, Any]:
         rb = [r for r in b.rows if r.recipe_field == name]
         defaults_a = {r.native_key: r.native_default for r in ra}
         defaults_b = {r.native_key: r.native_default for r in rb}
+        # compared only where both backends have defaults of their own: null is "unset" (the backend derives the
+        # value or requires it), not a default that differs
+        both_set = bool(ra and rb) and _all_set(defaults_a) and _all_set(defaults_b)
         table.append({
             "recipe_field": name,
             "value": _recipe_value(recipe, name),
             left: [{"key": r.native_key, "value": r.value, "default": r.native_default, "note": r.note} for r in ra],
             right: [{"key": r.native_key, "value": r.value, "default": r.native_default, "note": r.note} for r in rb],
             "only_in": left if ra and not rb else right if rb and not ra else None,
-            # compared only where both backends have defaults of their own: null is "unset" (the backend derives
-            # the value or requires it), not a default that differs
-            "defaults_differ": bool(ra and rb) and _all_set(defaults_a) and _all_set(defaults_b)
-            and _normalised(defaults_a) != _normalised(defaults_b),
-            "default_unset": bool(ra and rb) and not (_all_set(defaults_a) and _all_set(defaults_b)),
+            "defaults_differ": both_set and _normalised(defaults_a) != _normalised(defaults_b),
+            "default_unset": bool(ra and rb) and not both_set,
         })
     caps_a, caps_b = asdict(host.frameworks.get(left).capabilities), asdict(host.frameworks.get(right).capabilities)
     capabilities = {k: {left: caps_a[k], right: caps_b[k]} for k in caps_a if caps_a[k] != caps_b.get(k)}

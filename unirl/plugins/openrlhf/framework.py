@@ -41,6 +41,7 @@ from unirl.backend.native import (
 )
 from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import RUN_DIR, LaunchPlan, in_run_dir
+from unirl.data.checks import DATA_SUFFIXES
 from unirl.data.run_length import counted_at_launch
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.errors import FieldError, UnirlError, Unsupported
@@ -89,8 +90,13 @@ def train_gpus_per_node(r: Recipe) -> int:
     """The actor's GPUs per node: all of them when colocated, else what the rollout engines leave, which a critic
     shares half and half (outside --train.colocate_all OpenRLHF places the critic on GPUs of its own,
     train_ppo_ray.py:105-129 @ 0.11.2)."""
-    training = (r.total_gpus - r.rollout_gpus) // r.resources.nodes
+    training = training_gpus_per_node(r)
     return training // 2 if not r.rollout.colocated and uses_critic(r) else training
+
+
+def training_gpus_per_node(r: Recipe) -> int:
+    """The GPUs per node the rollout engines leave to training (the actor's, and a critic's outside colocation)."""
+    return (r.total_gpus - r.rollout_gpus) // r.resources.nodes
 
 
 def vllm_engines(r: Recipe) -> int:
@@ -241,9 +247,6 @@ def prompt_budget_from(value: Any, view: NativeView) -> dict[str, Any]:
     return {"data.max_prompt_tokens": budget}
 
 
-LOCAL_DATA_SUFFIXES = (".jsonl", ".json", ".parquet")  # the local files both OpenRLHF and unirl read
-
-
 def data_sources(value: Any, split: Any, probabilities: Any) -> str | list[str]:
     """OpenRLHF's ``--data.prompt_dataset`` / ``--eval.dataset`` as recipe data sources. OpenRLHF reads each
     comma-separated entry as a local data file by its suffix, else a hub dataset whose ``split`` it selects
@@ -257,11 +260,11 @@ def data_sources(value: Any, split: Any, probabilities: Any) -> str | list[str]:
     for entry in entries:
         if "@" in entry:
             raise ValueError(f"{entry!r} names a data_dir after '@'")
-        if entry.lower().endswith(LOCAL_DATA_SUFFIXES):
+        if entry.lower().endswith(DATA_SUFFIXES):
             sources.append(entry)
         elif Path(entry).suffix.lower() in (".csv", ".arrow", ".py") or entry.startswith(("/", ".", "~", "$")):
             raise ValueError(f"{entry!r}: a local folder or file unirl does not read (it reads "
-                             f"{', '.join(LOCAL_DATA_SUFFIXES)} files and hf:<dataset>@<split>)")
+                             f"{', '.join(DATA_SUFFIXES)} files and hf:<dataset>@<split>)")
         else:
             sources.append(f"hf:{entry}@{split or 'train'}")
     if not sources:
@@ -713,8 +716,7 @@ def _resource_problems(r: Recipe) -> list[FieldError]:
     if r.total_gpus and not r.rollout.colocated and (r.total_gpus - r.rollout_gpus) % r.resources.nodes:
         problems.append(Unsupported("rollout.gpus", r.rollout_gpus, NAME,
                                     "a split that leaves every node the same number of training GPUs"))
-    if r.total_gpus and not r.rollout.colocated and uses_critic(r) and (r.total_gpus - r.rollout_gpus) // max(
-            r.resources.nodes, 1) % 2:
+    if r.total_gpus and not r.rollout.colocated and uses_critic(r) and training_gpus_per_node(r) % 2:
         training = r.total_gpus - r.rollout_gpus
         problems.append(Unsupported(
             "rollout.gpus", r.rollout_gpus, NAME,

@@ -32,13 +32,13 @@ def gpu_demand(flags: dict[str, Any]) -> tuple[int, str]:
         parts.append(f"reference {ref}")
     # gae has a critic (its model defaults to the reward model's or the actor's, train_ppo_ray.py:644-650), on GPUs
     # of its own outside colocate_all (train_ppo_ray.py:105-129)
-    critic_model = get("algo.advantage.estimator", "gae") == "gae"
-    if critic_model:
+    has_critic = get("algo.advantage.estimator", "gae") == "gae"
+    if has_critic:
         critic = get("critic.num_nodes", 1) * get("critic.num_gpus_per_node", 8)
         total += critic
         parts.append(f"critic {critic}")
     # a reward model without a remote URL: GPUs of its own, or the critic's bundles with colocate_critic_reward
-    shares_critics = critic_model and get("train.colocate_critic_reward", False)
+    shares_critics = has_critic and get("train.colocate_critic_reward", False)
     if not get("reward.remote_url", None) and not shares_critics:
         reward = get("reward.num_nodes", 1) * get("reward.num_gpus_per_node", 8)
         total += reward

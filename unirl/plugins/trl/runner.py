@@ -511,7 +511,7 @@ def run(plan: LaunchPlan, run_dir: Path) -> dict[str, Any]:
     recipe = recipe_from_dict(plan.recipe)
     ranks = Ranks.current()
     if recipe.rollout.engine == "vllm":
-        from unirl.plugins.trl.vllm_cpu import private_rendezvous
+        from unirl.plugins.trl.vllm_engine import private_rendezvous
 
         private_rendezvous(ranks.world)  # before TRL or accelerate pick a well-known port another run may hold
     if ranks.world == 1:
@@ -773,7 +773,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
         # the episode loop as GRPOTrainer's rollout_func (only GRPOTrainer takes one; the plan refuses RLOO with it)
         loop = {} if episodes is None else {"rollout_func": episodes.rollout_func}
         if recipe.rollout.engine == "vllm":
-            from unirl.plugins.trl.vllm_cpu import engine_loadable, keep_weights_loadable
+            from unirl.plugins.trl.vllm_engine import engine_loadable, keep_weights_loadable
 
             engine_loadable(model, tok, run_dir)  # the engine loads the model from a directory
             if not torch.cuda.is_available():

@@ -592,16 +592,19 @@ class VerlFramework(NativeFramework):
     def unknown_override(key: str, version: str | None = None) -> str | None:
         """Why verl would refuse ``key`` as a command-line override (Hydra's struct rule against the snapshot of its
         composed config), or None. Only for the snapshot's release: another's keys are checked by ``--validate``."""
-        from unirl.plugins.verl.schema import SNAPSHOT_VERSION, unknown_keys
+        from unirl.plugins.verl.schema import SNAPSHOT_VERSION, key_problem
 
         if (version or SNAPSHOT_VERSION) != SNAPSHOT_VERSION:
             return None
-        found = unknown_keys({key: None}, SNAPSHOT_VERSION)
-        return found[0].split(": ", 1)[1] + " (verl would refuse the command)" if found else None
+        why = key_problem(key, SNAPSHOT_VERSION)
+        return None if why is None else f"{why} (verl would refuse the command)"
 
     def extra_problems(self, recipe: Recipe) -> list[FieldError]:
         """A native override that is not a key of verl's config fails in verl's Hydra after launch: refused here,
         at plan time, naming the keys of that name verl has (an example written for an older release)."""
+        overrides = recipe.framework.get("overrides") or {}
+        if not overrides:
+            return []  # most recipes: the snapshot is not read
         from unirl.plugins.verl.schema import known_keys
 
         version = recipe.framework.get("version")
@@ -620,7 +623,7 @@ class VerlFramework(NativeFramework):
                         leaf_why = self.unknown_override(leaf, version) if leaf != bare else why
                         problems.append(FieldError(f"framework.overrides.{leaf}", leaf_value, leaf_why or why))
 
-        walk(recipe.framework.get("overrides") or {}, "")
+        walk(overrides, "")
         return problems
 
     def launch_keys(self, recipe: Recipe) -> dict[str, Any]:

@@ -32,18 +32,24 @@ def default_values(version: str = SNAPSHOT_VERSION) -> dict[str, Any]:
 
 def unknown_keys(overrides: dict[str, Any], version: str = SNAPSHOT_VERSION) -> list[str]:
     """Hydra's rule: a plain key must exist; a ``+key`` must not exist yet but its parent must be a node."""
-    keys = known_keys(version)
     problems = []
     for raw in overrides:
-        key = raw.lstrip("+")
-        if raw.startswith("++"):
-            continue
-        if raw.startswith("+"):
-            if key in keys:
-                problems.append(f"{raw}: verl {version} already has {key}; drop the '+'")
-            continue
-        if key not in keys:
-            near = sorted(k for k in keys if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1])[:3]
-            hint = f" (keys with that name: {', '.join(near)})" if near else ""
-            problems.append(f"{key}: not a key of verl {version}'s ppo_trainer config{hint}")
+        why = key_problem(raw, version)
+        if why is not None:
+            problems.append(f"{raw}: {why}")
     return problems
+
+
+def key_problem(raw: str, version: str = SNAPSHOT_VERSION) -> str | None:
+    """Why verl's Hydra refuses the override key ``raw`` (``key``, ``+key``; ``++key`` always goes), or None."""
+    keys = known_keys(version)
+    key = raw.lstrip("+")
+    if raw.startswith("++"):
+        return None
+    if raw.startswith("+"):
+        return f"verl {version} already has {key}; drop the '+'" if key in keys else None
+    if key in keys:
+        return None
+    near = sorted(k for k in keys if k.rsplit(".", 1)[-1] == key.rsplit(".", 1)[-1])[:3]
+    hint = f" (keys with that name: {', '.join(near)})" if near else ""
+    return f"not a key of verl {version}'s ppo_trainer config{hint}"

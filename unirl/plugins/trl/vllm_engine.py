@@ -1,13 +1,15 @@
-"""vLLM's CPU build as TRL's colocated rollout engine: the one adaptation it needs, applied only on CPU.
+"""TRL's colocated vLLM engine: what unirl's TRL runner sets up for it.
 
-On CPU, vLLM 0.32 repacks each linear layer's weight for oneDNN when it loads the model and replaces the layer's
-``weight`` with an empty ``Parameter`` that has no ``weight_loader`` (vllm/model_executor/layers/utils.py:580-593,
-``remove_weight``). TRL syncs the trained weights into the engine through ``load_weights`` after every step, which
-calls each parameter's ``weight_loader``: the first sync fails with ``'Parameter' object has no attribute
-'weight_loader'``. With oneDNN packing off, vLLM keeps the weights as plain parameters and computes linears with
-``torch.nn.functional.linear`` (the fallback the same function takes), so TRL's sync reaches them. It must run before
-the engine is built (GRPOTrainer.__init__ builds it). vLLM's ``reload_weights`` is not a substitute: with a tied
-``lm_head`` it leaves stale weights.
+- :func:`engine_loadable`: the engine loads the model from a directory, so a builtin model (built in memory) gets one.
+- :func:`private_rendezvous`: a single-process run's own port for the process group the engine joins.
+- :func:`keep_weights_loadable`, on CPU only (vLLM's CPU build): vLLM 0.32 repacks each linear layer's weight for
+  oneDNN when it loads the model and replaces the layer's ``weight`` with an empty ``Parameter`` that has no
+  ``weight_loader`` (vllm/model_executor/layers/utils.py:580-593, ``remove_weight``). TRL syncs the trained weights
+  into the engine through ``load_weights`` after every step, which calls each parameter's ``weight_loader``: the
+  first sync fails with ``'Parameter' object has no attribute 'weight_loader'``. With oneDNN packing off, vLLM keeps
+  the weights as plain parameters and computes linears with ``torch.nn.functional.linear`` (the fallback the same
+  function takes), so TRL's sync reaches them. It must run before the engine is built (GRPOTrainer.__init__ builds
+  it). vLLM's ``reload_weights`` is not a substitute: with a tied ``lm_head`` it leaves stale weights.
 """
 
 from __future__ import annotations
