@@ -135,13 +135,13 @@ class Sweep:
     table: str
 
 
-@contextmanager
 def unirl_command() -> str:
     """The ``unirl`` beside this interpreter (a venv's, run without activating it), else the one on PATH."""
     beside = Path(sys.executable).parent / "unirl"
     return str(beside) if beside.exists() else "unirl"
 
 
+@contextmanager
 def sweep_and_compare(command: list[str]) -> Iterator[Sweep]:
     """Run ``command`` (a ``unirl -m`` sweep) in a temporary directory, print compare's table, yield the result."""
     if command and command[0] == "unirl":

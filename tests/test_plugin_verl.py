@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,7 @@ from unirl.host.manager import get_host
 from unirl.host.planning import prepare_run
 from unirl.plugins.verl.framework import MAPPING, VerlFramework
 from unirl.plugins.verl.schema import default_values, known_keys, unknown_keys
-from unirl.recipe.schema import LoraConfig, ModelConfig
+from unirl.recipe.schema import LoraConfig, ModelConfig, Recipe
 
 VERL = VerlFramework()
 
@@ -71,6 +73,64 @@ def test_what_verl_cannot_do_is_refused_naming_each_field() -> None:
                   "algorithm.lr_schedule='linear'", "rollout.colocated=False", "data.chat_template=False"):
         assert field in text
     assert "vllm and sglang" in text and "constant and cosine" in text and "group_mean+none" in text
+
+
+def cpu_recipe(**changes: Any) -> Recipe:
+    recipe = gpu_recipe("verl", gpus=0, **{"model": ModelConfig(path="builtin:tiny-arith-h32"), **changes})
+    return replace(recipe, resources=replace(recipe.resources, device="cpu"))
+
+
+def test_no_gpu_is_verls_cpu_mode_through_its_platform_registry_with_a_ray_head_of_its_own() -> None:
+    """resources.device=cpu: verl's own trainer on the CPU. The plan names every setting a CPU run needs and the
+    environment that loads unirl's cpu platform into each verl process (unirl/adapters/verl_cpu.py). Without a GPU
+    and without resources.device=cpu the plan stays a GPU run's (auto assumes one GPU)."""
+    plan = VERL.plan(cpu_recipe())
+    o = plan.native_config["overrides"]
+    assert o["trainer.device"] == "cpu" and o["trainer.n_gpus_per_node"] == 1  # one logical GPU a process
+    assert o["+ray_kwargs.ray_init.num_gpus"] == 1
+    assert o["transfer_queue.backend.SimpleStorage.num_data_storage_units"] == 1
+    assert o["+actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+    assert o["actor_rollout_ref.model.use_remove_padding"] is False
+    assert o["actor_rollout_ref.actor.strategy"] == "fsdp2"
+    assert o["+actor_rollout_ref.rollout.enable_sleep_mode"] is False
+    env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    assert o[f"{env}.VERL_USE_EXTERNAL_MODULES"] == plan.env["VERL_USE_EXTERNAL_MODULES"] == "unirl.adapters.verl_cpu"
+    assert plan.env["VERL_PLATFORM"] == "cpu" and plan.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert unknown_keys(o) == []  # every key is one of verl 0.9.1's
+    processes = VERL.plan(replace(cpu_recipe(), resources=replace(cpu_recipe().resources, cpu_processes=2)))
+    assert processes.native_config["overrides"]["trainer.n_gpus_per_node"] == 2
+    assert processes.native_config["overrides"]["+ray_kwargs.ray_init.num_gpus"] == 2
+    gpu = VERL.plan(gpu_recipe("verl"))
+    assert gpu.native_config["overrides"]["trainer.device"] == "cuda" and "VERL_PLATFORM" not in gpu.env
+    assert not any(k.startswith("+ray_kwargs.ray_init.num_gpus") for k in gpu.native_config["overrides"])
+
+
+def test_a_builtin_model_never_samples_its_special_tokens_on_verl_as_on_trl(tmp_path: Path) -> None:
+    """verl's rollout config cannot say it: unirl's single-turn loop, registered through verl's agent-loop config,
+    hands vLLM an allow-list without pad, bos and unk (TRL: suppress_tokens with hf, the same list with vLLM)."""
+    plan = VERL.plan(cpu_recipe())
+    o = plan.native_config["overrides"]
+    assert o["actor_rollout_ref.rollout.agent.default_agent_loop"] == "unirl_single_turn"
+    VERL.write_files(plan, tmp_path)
+    [entry] = json.loads((tmp_path / "agent_loops.yaml").read_text())
+    assert entry["_target_"] == "unirl.adapters.verl_single_turn.UnirlSingleTurnAgentLoop"
+    assert entry["allowed_token_ids"] == [i for i in range(22) if i not in (0, 1, 3)]
+    hub = VERL.plan(gpu_recipe("verl", model=ModelConfig(path="Qwen/Qwen2.5-0.5B-Instruct")))
+    assert "actor_rollout_ref.rollout.agent.default_agent_loop" not in hub.native_config["overrides"]
+
+
+def test_what_a_cpu_run_cannot_do_is_refused_by_field() -> None:
+    """vLLM's CPU build is the only engine there, and it computes only some head sizes; GPUs in a CPU run are a
+    contradiction."""
+    with pytest.raises(RecipeInvalid) as info:
+        VERL.plan(cpu_recipe(model=ModelConfig(path="builtin:tiny-arith")))
+    assert "model.path='builtin:tiny-arith'" in str(info.value) and "16 wide" in str(info.value)
+    with pytest.raises(RecipeInvalid, match=r"rollout.engine='sglang'.*vLLM's CPU build"):
+        VERL.plan(cpu_recipe(engine="sglang"))
+    cpu_with_gpus = cpu_recipe()
+    cpu_with_gpus = replace(cpu_with_gpus, resources=replace(cpu_with_gpus.resources, gpus_per_node=2))
+    with pytest.raises(RecipeInvalid, match=r"resources.gpus_per_node=2.*0 with resources.device=cpu"):
+        VERL.plan(cpu_with_gpus)
 
 
 def test_an_unsupported_verl_version_is_refused() -> None:

@@ -83,6 +83,8 @@ def _gpus(recipe: Recipe, framework: Backend) -> list[Candidate]:
                         "resources.gpus_per_node to the GPUs each node has")]
         return [(0, f"{framework.name} asks {scheduler} for no GPU unless resources.gpus_per_node is set")]
     if recipe.resources.device == "cpu":
+        if caps.needs_gpu and caps.cpu_mode:
+            return [(0, f"resources.device=cpu: {caps.cpu_mode}")]
         if caps.needs_gpu:  # refused by resources.device already; say what was assumed
             return [(1, "assumed: resources.device=cpu, but the backend trains on GPUs only")]
         return [(0, "resources.device=cpu")]

@@ -53,7 +53,10 @@ class Capabilities:
     runs_on_cpu: bool
     # decided by
     needs_gpu: bool = False
-    """Training cannot start without a GPU (or NPU): unirl checks before launching."""
+    """Training cannot start without a GPU (or NPU): unirl checks before launching (see ``cpu_mode``)."""
+    cpu_mode: str = ""
+    """How a backend that ``needs_gpu`` trains on the CPU when the recipe asks for it (``resources.device=cpu``);
+    empty: it cannot. ``auto`` never picks it: without a GPU the plan still assumes one (a GPU run planned here)."""
     launcher: Launcher = "process"
     """How it starts: ``in_process`` is what ``advise`` counts as "no cluster to start" for a first run."""
     async_rollouts: bool = False

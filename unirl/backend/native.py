@@ -213,7 +213,8 @@ class NativeFramework:
             native_config=self.native_config(recipe, native, t.tables_version), mapping=rows,
             command=self.command(recipe, native, t.tables_version),
             env={"UNIRL_REWARD_SPEC": SPEC_PATH,
-                 **({ENVIRONMENT_SPEC_ENV: in_run_dir(ENVIRONMENT_SPEC_FILE)} if recipe.environment.name else {})},
+                 **({ENVIRONMENT_SPEC_ENV: in_run_dir(ENVIRONMENT_SPEC_FILE)} if recipe.environment.name else {}),
+                 **self.launch_env(recipe)},
             files={SPEC_FILE: "<the run's reward specification (rewards, weights, kwargs, policy), written at launch>",
                    **({ENVIRONMENT_SPEC_FILE: "<the run's environment (class, kwargs, limits), written at launch>"}
                       if recipe.environment.name else {}),
@@ -234,6 +235,10 @@ class NativeFramework:
 
     def launch_keys(self, recipe: Recipe) -> dict[str, Any]:
         """Native keys every launch needs that no recipe field maps to (not shown as rows; overrides may replace)."""
+        return {}
+
+    def launch_env(self, recipe: Recipe) -> dict[str, str]:
+        """Environment variables the launched command needs beyond the reward spec's (by default none)."""
         return {}
 
     def native_config(self, recipe: Recipe, native: dict[str, Any], version: str) -> dict[str, Any]:
@@ -296,10 +301,11 @@ class NativeFramework:
         """What the backend's declared capabilities rule out, named by field."""
         problems: list[FieldError] = []
         caps = self.capabilities
-        if caps.needs_gpu and recipe.gpus_per_node < 1:
+        cpu_asked = bool(caps.cpu_mode) and recipe.resources.device == "cpu"
+        if caps.needs_gpu and recipe.gpus_per_node < 1 and not cpu_asked:
             problems.append(Unsupported("resources.gpus_per_node", recipe.resources.gpus_per_node, self.name,
                                         ">= 1: it trains on GPUs only (set the GPUs per node the run may use)"))
-        if caps.needs_gpu and recipe.resources.device == "cpu":
+        if caps.needs_gpu and recipe.resources.device == "cpu" and not caps.cpu_mode:
             problems.append(Unsupported("resources.device", "cpu", self.name, "cuda (or auto): it trains on GPUs"))
         if recipe.rollout.engine not in caps.rollout_engines:
             problems.append(Unsupported("rollout.engine", recipe.rollout.engine, self.name,

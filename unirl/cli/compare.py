@@ -1,5 +1,6 @@
-"""``unirl compare MULTIRUN_DIR [--json]``: a sweep's members side by side, seeds aggregated per configuration, plus
-``compare.png`` (reward curves); and the same table where a sweep (``unirl -m ...``) ends (:func:`print_sweep_end`)."""
+"""``unirl compare MULTIRUN_DIR [MULTIRUN_DIR ...] [--json]``: sweeps' members side by side, seeds aggregated per
+configuration, plus ``compare.png`` (reward curves); and the same table where a sweep (``unirl -m ...``) ends
+(:func:`print_sweep_end`)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ def cmd_compare(args: list[str]) -> int:
                                     f"that differ only in seed), plus {COMPARE_PNG} with their reward curves. "
                                     f"Final reward: {SMOOTHING}.")
     parser.add_argument("sweep_dir", metavar="MULTIRUN_DIR", type=Path)
+    parser.add_argument("more", metavar="MULTIRUN_DIR", type=Path, nargs="*",
+                        help="more sweeps compared with the first (e.g. the same experiment on another backend)")
     parser.add_argument("--json", action="store_true", help="members and configurations as JSON")
     ns = parser.parse_intermixed_args(args)
     try:
-        rows = compare(ns.sweep_dir)
+        rows = compare(ns.sweep_dir, *ns.more)
     except FileNotFoundError as exc:
         raise UnirlError(str(exc)) from None
     png = plot_curves(rows, ns.sweep_dir / COMPARE_PNG)

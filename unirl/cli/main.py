@@ -72,7 +72,8 @@ verbs:
                                                  which backend fits a situation, and why
   explain FIELD [--json]                         one recipe field: meaning, unit, allowed values, default, and the
                                                  native key and default of every installed backend
-  compare MULTIRUN_DIR [--json]                  a sweep's members side by side, seeds aggregated per
+  compare MULTIRUN_DIR [MULTIRUN_DIR ...] [--json]
+                                                 sweeps' members side by side, seeds aggregated per
                                                  configuration (+ reward curves PNG)
   show RUN_DIR [--step N] [--worst|--best|--errors] [--prompt TEXT] [--limit K] [--json]
                                                  a run's scored completions by prompt: total, every reward

@@ -147,6 +147,13 @@ def print_plugins(host: Any, as_json: bool) -> None:
     console().print(table)
 
 
+def gpu_cell(row: dict[str, Any]) -> str:
+    """The frameworks table's GPU column: whether the backend needs one, and its CPU mode where it has one."""
+    if not row["needs_gpu"]:
+        return "optional (runs on CPU)"
+    return "needs one, or resources.device=cpu (its CPU mode)" if row.get("cpu_mode") else "needs one"
+
+
 def print_frameworks(host: Any, as_json: bool) -> None:
     """The capability matrix, from each plugin's own declaration, and what is installed where unirl looks."""
     rows = []
@@ -173,7 +180,7 @@ def print_frameworks(host: Any, as_json: bool) -> None:
                       f"{', '.join(r['native_algorithms'])}\n(unirl maps: {', '.join(r['algorithms'])})",
                       r["custom_reward"],
                       "\n".join(f"{e['engine']}: {e['loses'] or 'nothing'}" for e in r["environments"]) or "none",
-                      "needs one" if r["needs_gpu"] else "optional (runs on CPU)")
+                      gpu_cell(r))
     console().print(table)
     console().print("installed: looked up in framework.python's interpreter, else $UNIRL_<NAME>_PYTHON, else "
                     "unirl's own",

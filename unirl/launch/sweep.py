@@ -98,10 +98,18 @@ def member_row(member: Path) -> dict[str, Any]:
     }
 
 
-def compare(sweep_dir: Path) -> list[dict[str, Any]]:
-    rows = [member_row(m) for m in members(sweep_dir)]
-    if not rows:
-        raise FileNotFoundError(f"{sweep_dir} holds no Hydra multirun members (numbered folders with .hydra/)")
+def compare(sweep_dir: Path, *more: Path) -> list[dict[str, Any]]:
+    """Every member of ``sweep_dir`` (and of ``more`` sweeps: e.g. one experiment swept once per backend, each in its
+    own interpreter); with several sweeps a member is named ``<sweep>/<member>``."""
+    rows = []
+    for directory in (sweep_dir, *more):
+        found = [member_row(m) for m in members(directory)]
+        if not found:
+            raise FileNotFoundError(f"{directory} holds no Hydra multirun members (numbered folders with .hydra/)")
+        for row in found:
+            if more:
+                row["member"] = f"{directory.name}/{row['member']}"
+        rows += found
     return rows
 
 

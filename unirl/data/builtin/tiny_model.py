@@ -25,20 +25,50 @@ SHAPES: dict[str, dict[str, Any]] = {
     "tiny-arith": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 128,
                    "rope_theta": 1000000.0},
+    # The same 64-wide attention in 2 heads of 32 (1 key-value head): vLLM's CPU build computes 32-wide heads, not
+    # 16 (cpu_attn.py:69-70), so this is the model for runs whose rollouts vLLM generates on a CPU (TRL with
+    # rollout.engine=vllm, verl's CPU mode). Its tokenizer also has Qwen's newline and end-of-turn tokens, which
+    # verl's agent loop requires of every qwen2 model (verl/utils/tokenizer/continuous_token.py:554-559 @ 0.9.1).
+    "tiny-arith-h32": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
+                       "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 128,
+                       "rope_theta": 1000000.0},
     # Qwen2.5-0.5B's shape (494M parameters with its 151,936-row embedding), randomly initialised:
     # for measuring a real model size on a GPU without a hub. Not expected to learn arithmetic quickly.
     "qwen2.5-0.5b-shape": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
                            "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
                            "vocab_size": 151936, "rope_theta": 1000000.0},
 }
-CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+"""The messages' contents after <bos>: the same tokens as the raw text with the tokenizer's own <bos>, so that a prompt
+is the same sequence whether a backend renders it with the chat template (verl always does; TRL with
+data.chat_template=true) or tokenizes the text (TRL's default for a builtin model)."""
+QWEN_TOKENS = ["\u010a", "<|im_end|>"]
+"""Appended to the vocabulary of the shapes in :data:`WITH_QWEN_TOKENS` (after every other token, so the ids of the
+rest are unchanged); never in the arithmetic data. transformers 5 loads the tokenizer of every qwen2 model directory as
+Qwen2Tokenizer, whose byte-level pre-tokenizer turns a newline into the symbol "\u010a" ("Ċ"): that is the token
+verl's agent loop finds for "\n"; "<|im_end|>" is Qwen's end of turn, which it also looks up."""
+WITH_QWEN_TOKENS = frozenset({"tiny-arith-h32"})
 
 
-def build_tokenizer() -> Any:
+def vocabulary(name: str | None = None) -> list[str]:
+    """The tokenizer's tokens in id order for builtin ``name`` (None: the embedded default's)."""
+    return SPECIALS + CHARS + (QWEN_TOKENS if name in WITH_QWEN_TOKENS else [])
+
+
+NEVER_SAMPLED = [SPECIALS.index(t) for t in ("<pad>", "<bos>", "<unk>")]
+"""Token ids a builtin model must never sample inside a completion, on every backend and engine."""
+
+
+def allowed_token_ids(name: str) -> list[int]:
+    """Every token id of builtin ``name``'s vocabulary that may be sampled (for engines that take an allow-list)."""
+    return [i for i in range(len(vocabulary(name))) if i not in NEVER_SAMPLED]
+
+
+def build_tokenizer(name: str | None = None) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARS)}
+    vocab = {tok: i for i, tok in enumerate(vocabulary(name))}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), "isolated")  # one token per character
     core.decoder = decoders.Fuse()
@@ -54,7 +84,7 @@ def build(name: str, seed: int) -> tuple[Any, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tok = build_tokenizer()
+    tok = build_tokenizer(name)
     shape = {"vocab_size": len(tok), **SHAPES[name]}
     config = Qwen2Config(tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **shape)

