@@ -167,6 +167,16 @@ def test_verl_agent_loop_worker_runs_unirl_episodes(prepared) -> None:
     assert {r["step"] for r in records} == {1}  # verl reads unirl's file in order: the row's place is its step
 
 
+def send_json(handler: Any, answer: dict[str, Any]) -> None:
+    """An engine's 200 answer with a JSON body."""
+    data = json.dumps(answer).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class ScriptedEngineServer:
     """A loopback rollout engine over the builtin tokenizer: SGLang's ``/generate`` and the vLLM router's
     ``/inference/v1/generate``, each answering with the scripted policy's turn in that engine's response shape."""
@@ -200,12 +210,7 @@ class ScriptedEngineServer:
                 else:
                     self.send_error(404)
                     return
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, answer)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -331,3 +336,43 @@ def test_nemo_rl_environment_actor_keeps_each_episode_and_sums_to_its_score(prep
     assert len(records) == 8 and {r["backend"] for r in records} == {"nemo_rl"}
     assert [r["episode"]["termination"] for r in records[:4]] == ["done"] * 4
     assert {r["step"] for r in records} == {1}  # NeMo RL's shuffle is off: the row's place is its step
+
+
+def test_slime_turns_are_all_in_flight_at_once_not_capped_by_a_thread_pool() -> None:
+    """A GPU node runs hundreds of episodes at once: every turn's request must reach the engine together. The engine
+    here answers only once 64 requests are waiting (a thread per request would stop at the executor's few threads
+    and never get there)."""
+    import asyncio
+    import http.server
+    import threading
+    from argparse import Namespace
+
+    from unirl.adapters import slime_environment
+
+    waiting = threading.Barrier(64, timeout=20)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            waiting.wait()
+            send_json(self, {"meta_info": {"output_token_logprobs": [[-0.5, 5, None]]}})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    class Server(http.server.ThreadingHTTPServer):
+        request_queue_size = 256  # 64 connections arrive at once
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    args = Namespace(sglang_router_ip="127.0.0.1", sglang_router_port=server.server_address[1])
+
+    async def all_turns() -> list[Any]:
+        return await asyncio.wait_for(asyncio.gather(*(slime_environment.sglang_turn(args, [1, i], 1, {})
+                                                       for i in range(64))), timeout=30)
+    try:
+        turns = asyncio.run(all_turns())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [t.token_ids for t in turns] == [[5]] * 64

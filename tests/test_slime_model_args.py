@@ -233,14 +233,14 @@ def test_a_builtin_model_gets_the_flags_of_the_qwen2_config_it_is_built_from() -
 
     from unirl.data.builtin.tiny_model import SHAPES, build_tokenizer
 
-    tok = build_tokenizer()
     for name in sorted(SHAPES):
+        tok = build_tokenizer(name)  # a builtin's own vocabulary (tiny-arith-h32 has two Qwen tokens more)
         config = Qwen2Config(tie_word_embeddings=True, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
                              eos_token_id=tok.eos_token_id, **{"vocab_size": len(tok), **SHAPES[name]})
         assert megatron_model_args(builtin_config(name)) == megatron_model_args(config.to_dict())
     plan = plan_of("slime", with_model("slime", "builtin:tiny-arith"))
     args = plan.native_config["model_args"]
-    assert args == megatron_model_args(Qwen2Config(tie_word_embeddings=True, vocab_size=len(tok),
+    assert args == megatron_model_args(Qwen2Config(tie_word_embeddings=True, vocab_size=len(build_tokenizer()),
                                                    **SHAPES["tiny-arith"]).to_dict())
     assert parsed(args) == {"--swiglu": True, "--num-layers": 2, "--hidden-size": 64, "--ffn-hidden-size": 256,
                             "--num-attention-heads": 4, "--group-query-attention": True, "--num-query-groups": 2,

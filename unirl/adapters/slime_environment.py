@@ -31,6 +31,7 @@ import asyncio
 import functools
 import json
 import urllib.request
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,22 +41,57 @@ from unirl.rewards.contract import Sample as UnirlSample
 
 HTTP_TIMEOUT_S = 600.0  # one turn of a rollout engine; a hung engine fails the episode instead of the run hanging
 
+# One pooled asyncio HTTP client per event loop (httpx: slime imports it, vLLM's OpenAI client needs it), so that every
+# episode's turns are in flight at once on kept-alive connections. A thread per request (urllib in asyncio.to_thread)
+# caps the turns in flight at the default executor's size (32 on a GPU node) and costs a connection each: measured in
+# benchmarks/slime_turns.py. Not slime's own http_utils.post: it waits without a deadline (httpx.Timeout(None), up to
+# 60 retries a second apart) and has a client only once slime's rollout called init_http_client, which vime does not.
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
-def _post(url: str, payload: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
-        answer = json.loads(response.read())
+
+def _client() -> Any:
+    """The running loop's pooled client, or None where httpx is not installed."""
+    try:
+        import httpx
+    except ImportError:
+        return None
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None:
+        client = httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, limits=httpx.Limits(max_connections=None,
+                                                                               max_keepalive_connections=1024))
+        _clients[loop] = client
+    return client
+
+
+def _answer(url: str, answer: Any) -> dict[str, Any]:
     if not isinstance(answer, dict):
         raise ValueError(f"{url} answered {type(answer).__name__}, not a JSON object")
     return answer
+
+
+def _post_blocking(url: str, payload: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as response:
+        return _answer(url, json.loads(response.read()))
+
+
+async def _post(url: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """POST a JSON payload to the rollout engine and return its JSON object (an error status raises)."""
+    client = _client()
+    if client is None:
+        return await asyncio.to_thread(_post_blocking, url, payload)
+    response = await client.post(url, json=payload)
+    response.raise_for_status()
+    return _answer(url, response.json())
 
 
 async def sglang_turn(args: Any, context: list[int], left: int, sampling_params: Mapping[str, Any]) -> Generated:
     url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}/generate"
     payload = {"input_ids": context, "sampling_params": {**sampling_params, "max_new_tokens": left},
                "return_logprob": True}
-    meta = (await asyncio.to_thread(_post, url, payload)).get("meta_info") or {}
+    meta = (await _post(url, payload)).get("meta_info") or {}
     pairs = meta.get("output_token_logprobs") or []
     return Generated([int(p[1]) for p in pairs], [float(p[0]) for p in pairs])
 
@@ -68,8 +104,8 @@ async def vllm_router_turn(args: Any, context: list[int], left: int,
     for key in ("top_k", "stop", "stop_token_ids", "seed"):
         if sampling_params.get(key) not in (None, [], ""):
             params[key] = sampling_params[key]
-    choice = (await asyncio.to_thread(_post, url, {"model": args.hf_checkpoint, "token_ids": context,
-                                                   "sampling_params": params}))["choices"][0]
+    choice = (await _post(url, {"model": args.hf_checkpoint, "token_ids": context,
+                                "sampling_params": params}))["choices"][0]
     tokens = [int(t) for t in choice.get("token_ids") or []]
     content = (choice.get("logprobs") or {}).get("content") or []
     logprobs = [float(item.get("logprob", 0.0)) for item in content] if len(content) == len(tokens) else None
