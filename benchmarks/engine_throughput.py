@@ -16,12 +16,12 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-from _common import machine, save, summary  # noqa: E402
+from _common import machine, save, summary
 
 MODEL = "tiny-arith-h32"
 
@@ -58,7 +58,7 @@ def main() -> None:
             start = time.perf_counter()
             with torch.no_grad():
                 out = model.generate(**encoded, do_sample=True, temperature=1.0, max_new_tokens=tokens,
-                                     min_new_tokens=tokens, suppress_tokens=tiny_model.NEVER_SAMPLED,
+                                     min_new_tokens=tokens, suppress_tokens=tiny_model.never_sampled(MODEL),
                                      pad_token_id=tok.pad_token_id)
             hf_s = time.perf_counter() - start
             hf_tokens = (out.shape[1] - encoded["input_ids"].shape[1]) * len(prompts)

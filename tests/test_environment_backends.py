@@ -248,10 +248,16 @@ def test_slime_and_vime_generate_function_fills_the_sample_slime_trains_on(backe
         args = Namespace(hf_checkpoint=str(run_dir / "model"), **address)
         rows = [json.loads(line) for line in (run_dir / "data" / "train.jsonl").read_text().splitlines()][:3]
         generate = getattr(slime_environment, generate_path.rsplit(".", 1)[1])
-        samples = [asyncio.run(generate(args, SlimeSample(prompt=row["prompt"], label=row["label"],
-                                                          metadata=row["metadata"]),
-                                        {"max_new_tokens": 12, "temperature": 1.0, "top_p": 1.0}))
-                   for row in rows]
+
+        async def episode(row: dict[str, Any]) -> Any:
+            try:
+                return await generate(args, SlimeSample(prompt=row["prompt"], label=row["label"],
+                                                        metadata=row["metadata"]),
+                                      {"max_new_tokens": 12, "temperature": 1.0, "top_p": 1.0})
+            finally:
+                await slime_environment.close_client()
+
+        samples = [asyncio.run(episode(row)) for row in rows]
     finally:
         engine.close()
     for sample in samples:
@@ -368,8 +374,11 @@ def test_slime_turns_are_all_in_flight_at_once_not_capped_by_a_thread_pool() -> 
     args = Namespace(sglang_router_ip="127.0.0.1", sglang_router_port=server.server_address[1])
 
     async def all_turns() -> list[Any]:
-        return await asyncio.wait_for(asyncio.gather(*(slime_environment.sglang_turn(args, [1, i], 1, {})
-                                                       for i in range(64))), timeout=30)
+        try:
+            return await asyncio.wait_for(asyncio.gather(*(slime_environment.sglang_turn(args, [1, i], 1, {})
+                                                           for i in range(64))), timeout=30)
+        finally:
+            await slime_environment.close_client()
     try:
         turns = asyncio.run(all_turns())
     finally:

@@ -97,9 +97,8 @@ def test_no_gpu_is_verls_cpu_mode_through_its_platform_registry_with_a_ray_head_
     assert o[f"{env}.VERL_USE_EXTERNAL_MODULES"] == plan.env["VERL_USE_EXTERNAL_MODULES"] == "unirl.adapters.verl_cpu"
     assert plan.env["VERL_PLATFORM"] == "cpu" and plan.env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
     assert unknown_keys(o) == []  # every key is one of verl 0.9.1's
-    processes = VERL.plan(replace(cpu_recipe(), resources=replace(cpu_recipe().resources, cpu_processes=2)))
-    assert processes.native_config["overrides"]["trainer.n_gpus_per_node"] == 2
-    assert processes.native_config["overrides"]["+ray_kwargs.ray_init.num_gpus"] == 2
+    with pytest.raises(RecipeInvalid, match=r"resources.cpu_processes=2.*1 in verl's CPU mode"):
+        VERL.plan(replace(cpu_recipe(), resources=replace(cpu_recipe().resources, cpu_processes=2)))
     gpu = VERL.plan(gpu_recipe("verl"))
     assert gpu.native_config["overrides"]["trainer.device"] == "cuda" and "VERL_PLATFORM" not in gpu.env
     assert not any(k.startswith("+ray_kwargs.ray_init.num_gpus") for k in gpu.native_config["overrides"])
@@ -114,7 +113,7 @@ def test_a_builtin_model_never_samples_its_special_tokens_on_verl_as_on_trl(tmp_
     VERL.write_files(plan, tmp_path)
     [entry] = json.loads((tmp_path / "agent_loops.yaml").read_text())
     assert entry["_target_"] == "unirl.adapters.verl_single_turn.UnirlSingleTurnAgentLoop"
-    assert entry["allowed_token_ids"] == [i for i in range(22) if i not in (0, 1, 3)]
+    assert entry["allowed_token_ids"] == [2, *range(4, 20)]  # not pad, bos, unk, nor the two Qwen tokens
     hub = VERL.plan(gpu_recipe("verl", model=ModelConfig(path="Qwen/Qwen2.5-0.5B-Instruct")))
     assert "actor_rollout_ref.rollout.agent.default_agent_loop" not in hub.native_config["overrides"]
 

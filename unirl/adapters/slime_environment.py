@@ -41,27 +41,35 @@ from unirl.rewards.contract import Sample as UnirlSample
 
 HTTP_TIMEOUT_S = 600.0  # one turn of a rollout engine; a hung engine fails the episode instead of the run hanging
 
-# One pooled asyncio HTTP client per event loop (httpx: slime imports it, vLLM's OpenAI client needs it), so that every
-# episode's turns are in flight at once on kept-alive connections. A thread per request (urllib in asyncio.to_thread)
-# caps the turns in flight at the default executor's size (32 on a GPU node) and costs a connection each: measured in
-# benchmarks/slime_turns.py. Not slime's own http_utils.post: it waits without a deadline (httpx.Timeout(None), up to
-# 60 retries a second apart) and has a client only once slime's rollout called init_http_client, which vime does not.
+# One pooled asyncio HTTP client per event loop (aiohttp: SGLang's and vLLM's servers are built on it and it comes with
+# both), so that every episode's turns are in flight at once on kept-alive connections. A thread per request (urllib in
+# asyncio.to_thread) caps the turns in flight at the default executor's size (32 on a GPU node) and costs a connection
+# each; httpx's pool was slower still at hundreds of requests in flight: measured in benchmarks/slime_turns.py. Not
+# slime's own http_utils.post: it waits without a deadline (httpx.Timeout(None), up to 60 retries a second apart) and
+# has a client only once slime's rollout called init_http_client, which vime does not.
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
 
 
 def _client() -> Any:
-    """The running loop's pooled client, or None where httpx is not installed."""
+    """The running loop's pooled session, or None where aiohttp is not installed."""
     try:
-        import httpx
+        import aiohttp
     except ImportError:
         return None
     loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
-    if client is None:
-        client = httpx.AsyncClient(timeout=HTTP_TIMEOUT_S, limits=httpx.Limits(max_connections=None,
-                                                                               max_keepalive_connections=1024))
-        _clients[loop] = client
-    return client
+    session = _clients.get(loop)
+    if session is None or session.closed:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                        timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S))
+        _clients[loop] = session
+    return session
+
+
+async def close_client() -> None:
+    """Close the running loop's session (slime's loop lives as long as its process; a short-lived loop closes it)."""
+    session = _clients.pop(asyncio.get_running_loop(), None)
+    if session is not None:
+        await session.close()
 
 
 def _answer(url: str, answer: Any) -> dict[str, Any]:
@@ -82,9 +90,9 @@ async def _post(url: str, payload: dict[str, Any]) -> dict[str, Any]:
     client = _client()
     if client is None:
         return await asyncio.to_thread(_post_blocking, url, payload)
-    response = await client.post(url, json=payload)
-    response.raise_for_status()
-    return _answer(url, response.json())
+    async with client.post(url, json=payload) as response:
+        response.raise_for_status()
+        return _answer(url, await response.json(content_type=None))
 
 
 async def sglang_turn(args: Any, context: list[int], left: int, sampling_params: Mapping[str, Any]) -> Generated:

@@ -56,12 +56,20 @@ def vocabulary(name: str | None = None) -> list[str]:
 
 
 NEVER_SAMPLED = [SPECIALS.index(t) for t in ("<pad>", "<bos>", "<unk>")]
-"""Token ids a builtin model must never sample inside a completion, on every backend and engine."""
+"""Token ids the embedded default's model must never sample inside a completion, on every backend and engine."""
+
+
+def never_sampled(name: str) -> list[int]:
+    """The token ids builtin ``name`` never samples: pad, bos and unk, and the Qwen tokens of the shapes that have them
+    (they are there for verl's lookups, not for the task; sampled, each tokenizer class decodes them its own way)."""
+    vocab = vocabulary(name)
+    return NEVER_SAMPLED + [vocab.index(t) for t in QWEN_TOKENS if t in vocab]
 
 
 def allowed_token_ids(name: str) -> list[int]:
     """Every token id of builtin ``name``'s vocabulary that may be sampled (for engines that take an allow-list)."""
-    return [i for i in range(len(vocabulary(name))) if i not in NEVER_SAMPLED]
+    never = set(never_sampled(name))
+    return [i for i in range(len(vocabulary(name))) if i not in never]
 
 
 def build_tokenizer(name: str | None = None) -> Any:

@@ -30,7 +30,7 @@ from unirl.backend.native import prompt_budget
 from unirl.backend.parity.certificate import Design, ParityHarness
 from unirl.backend.plan import RUN_DIR, BackendEnvironment, LaunchPlan, MappedField, in_run_dir
 from unirl.backend.vllm_cpu import head_size_problems
-from unirl.data.builtin.tiny_model import NEVER_SAMPLED, allowed_token_ids
+from unirl.data.builtin.tiny_model import allowed_token_ids, never_sampled
 from unirl.data.run_length import counted_at_launch
 from unirl.errors import FieldError, RecipeInvalid, UnirlError, Unsupported
 from unirl.launch.scheduler import RDZV_ENDPOINT, RDZV_ID
@@ -80,8 +80,11 @@ def on_policy(r: Recipe) -> bool:
 
 LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_token_sum_norm": "dr_grpo"}
 IS_MODE = {"token": "token_truncate", "sequence": "sequence_truncate"}
-BUILTIN_SUPPRESS = NEVER_SAMPLED
-"""Special tokens the builtin tiny model must never sample inside a completion (pad, bos, unk)."""
+
+
+def builtin_suppress(model_path: str) -> list[int] | None:
+    """The tokens a builtin model never samples inside a completion (pad, bos, unk, ...); None for other models."""
+    return never_sampled(model_path[len(BUILTIN_PREFIX):]) if model_path.startswith(BUILTIN_PREFIX) else None
 
 
 def batch_layout(r: Recipe) -> dict[str, int]:
@@ -633,7 +636,7 @@ class TrlFramework:
             # transformers' generate takes the tokens to suppress; vLLM's SamplingParams an allow-list
             args["generation_kwargs"] = (
                 {"allowed_token_ids": allowed_token_ids(recipe.model.path[len(BUILTIN_PREFIX):])}
-                if recipe.rollout.engine == "vllm" else {"suppress_tokens": BUILTIN_SUPPRESS})
+                if recipe.rollout.engine == "vllm" else {"suppress_tokens": builtin_suppress(recipe.model.path)})
         overrides = dict(recipe.framework.get("overrides") or {})
         for key, value in sorted(overrides.items()):
             rows.append(MappedField(f"framework.overrides.{key}", key, value, "raw GRPOConfig key, applied last"))

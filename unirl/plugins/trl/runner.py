@@ -31,9 +31,9 @@ from unirl.host.manager import Host, get_host
 from unirl.host.planning import spec_from_recipe
 from unirl.launch.resume import logged_after, measured_identity, resume_checkpoint, take_checkpoint
 from unirl.plugins.trl.framework import (
-    BUILTIN_SUPPRESS,
     CHECKPOINTS,
     SOFT_OVERLONG,
+    builtin_suppress,
     launch_args,
     trainer_classes,
     updates_per_step,
@@ -687,7 +687,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
     else:
         eval_rows = []  # the held-out eval is rank 0's alone
 
-    suppress = BUILTIN_SUPPRESS if recipe.model.path.startswith(BUILTIN_PREFIX) else None
+    suppress = builtin_suppress(recipe.model.path)
     per_step = updates_per_step(recipe)  # TRL optimizer updates per unirl step (one rollout batch)
     episodes = environment_episodes(host, recipe, tok, train_rows, eos_ids(model, tok), suppress)
     recorder.run_start()

@@ -716,6 +716,9 @@ class VerlFramework(NativeFramework):
             return [Unsupported("resources.gpus_per_node", recipe.gpus_per_node, NAME,
                                 "0 with resources.device=cpu (verl's CPU mode; its training processes are "
                                 "resources.cpu_processes)")]
+        if recipe.resources.cpu_processes > 1:
+            return [Unsupported("resources.cpu_processes", recipe.resources.cpu_processes, NAME,
+                                "1 in verl's CPU mode: one training process is what has run here")]
         if recipe.rollout.engine == "sglang":  # another engine is refused by the capabilities already
             return [Unsupported("rollout.engine", "sglang", NAME,
                                 "vllm on CPU (resources.gpus_per_node=0): vLLM's CPU build is the engine that runs "
@@ -757,7 +760,8 @@ class VerlFramework(NativeFramework):
             "verl renders every prompt with the model's chat template; text prompts become one user message",
             "each row is exported once and verl makes algorithm.epochs shuffled passes over them (the rows are counted "
             "where the run starts)" if counted_at_launch(recipe) else
-            "prompts are exported in the seeded order unirl uses for every backend; verl's own shuffle is off",
+            "prompts are exported in unirl's seeded order, the one every native backend gets (TRL draws its own "
+            "seeded permutation, so the prompts of a step differ from TRL's); verl's own shuffle is off",
             "held-out evaluation is verl's validation (pass@1 with val_kwargs), not unirl's greedy eval",
         ]
 
