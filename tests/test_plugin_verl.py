@@ -114,8 +114,24 @@ def test_a_builtin_model_never_samples_its_special_tokens_on_verl_as_on_trl(tmp_
     [entry] = json.loads((tmp_path / "agent_loops.yaml").read_text())
     assert entry["_target_"] == "unirl.adapters.verl_single_turn.UnirlSingleTurnAgentLoop"
     assert entry["allowed_token_ids"] == [2, *range(4, 20)]  # not pad, bos, unk, nor the two Qwen tokens
+    # any model: the same loop, which tells the rewards which completions were cut (no allow-list but a builtin's)
     hub = VERL.plan(gpu_recipe("verl", model=ModelConfig(path="Qwen/Qwen2.5-0.5B-Instruct")))
-    assert "actor_rollout_ref.rollout.agent.default_agent_loop" not in hub.native_config["overrides"]
+    assert hub.native_config["overrides"]["actor_rollout_ref.rollout.agent.default_agent_loop"] == "unirl_single_turn"
+    VERL.write_files(hub, tmp_path)
+    [entry] = json.loads((tmp_path / "agent_loops.yaml").read_text())
+    assert "allowed_token_ids" not in entry
+
+
+def test_verl_rewards_know_which_completions_were_cut_at_the_token_limit() -> None:
+    """verl's compute_score has no truncation flag: unirl's single-turn loop puts one in the row's extra fields, which
+    verl merges into extra_info; a reward reads it as Sample.truncated, as on TRL (bare_number scores a cut one 0)."""
+    from unirl.adapters.verl import TRUNCATED_KEY, sample_from_verl
+
+    row = {"unirl_prompt": "2+2=", "index": 3, "num_turns": 2, "raw_prompt": [{"role": "user", "content": "2+2="}]}
+    cut = sample_from_verl("arith", "4", "4", {**row, TRUNCATED_KEY: True})
+    ended = sample_from_verl("arith", "4", "4", {**row, TRUNCATED_KEY: False})
+    assert cut.truncated and not ended.truncated and not sample_from_verl("arith", "4", "4", row).truncated
+    assert cut.metadata == {"index": 3}  # what verl added is not the row's metadata
 
 
 def test_what_a_cpu_run_cannot_do_is_refused_by_field() -> None:

@@ -27,7 +27,11 @@ from unirl.adapters.common import native_row, runtime_for
 from unirl.rewards.contract import Sample
 
 # Keys verl's reward-loop manager adds to extra_info before the call (naive.py:44-52): not the user's data.
-VERL_ADDED_KEYS = frozenset({"num_turns", "rollout_reward_scores", "tool_extra_fields"})
+TRUNCATED_KEY = "unirl_truncated"
+"""Set by unirl's single-turn loop (unirl/adapters/verl_single_turn.py): the completion was cut at the token limit."""
+# What verl's reward manager adds to a row's extra_info (naive.py:44-50 @ 0.9.1: the agent loop's extra fields, among
+# them raw_prompt, agent_loop.py:730), none of it the row's metadata.
+VERL_ADDED_KEYS = frozenset({"num_turns", "rollout_reward_scores", "tool_extra_fields", "raw_prompt", TRUNCATED_KEY})
 # Written by unirl's verl data exporter beside the user's metadata: verl passes no prompt to compute_score.
 PROMPT_KEY = "unirl_prompt"
 
@@ -39,7 +43,7 @@ def sample_from_verl(data_source: str, solution_str: str, ground_truth: Any,
     metadata = {k: v for k, v in extra.items() if k not in VERL_ADDED_KEYS}
     return Sample(prompt=str(prompt), completion=solution_str,
                   reference=None if ground_truth is None else str(ground_truth),
-                  data_source=str(data_source or ""), metadata=metadata)
+                  data_source=str(data_source or ""), metadata=metadata, truncated=extra.get(TRUNCATED_KEY) is True)
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,

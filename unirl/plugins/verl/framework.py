@@ -83,9 +83,10 @@ AGENT_NAME = "unirl_environment"  # unirl.adapters.verl_agent_loop.AGENT_NAME (t
 SINGLE_TURN_NAME = "unirl_single_turn"  # unirl.adapters.verl_single_turn.SINGLE_TURN_NAME (imports verl too)
 
 
-def builtin_single_turn(r: Recipe) -> bool:
-    """A builtin model without an environment: its completions go through unirl's single-turn loop."""
-    return r.model.path.startswith(BUILTIN_PREFIX) and not r.environment.name
+def single_turn(r: Recipe) -> bool:
+    """A run without an environment: its completions go through unirl's single-turn loop (verl's, marking each
+    completion cut at the token limit for the rewards, and keeping a builtin model's special tokens out)."""
+    return not r.environment.name
 EXPORT_FORMAT = "verl_parquet"
 TRAIN_FILE = export_path("train", EXPORT_FORMAT)
 EVAL_FILE = export_path("eval", EXPORT_FORMAT)
@@ -625,13 +626,14 @@ MAPPING: tuple[Mapping, ...] = (
     Mapping("environment.name", "actor_rollout_ref.rollout.agent.agent_loop_config_path",
             lambda r: in_run_dir(AGENT_LOOPS_FILE) if r.environment.name else OMIT,
             "written at launch: unirl's agent loop for the environment", native_default=None),
-    Mapping("model.path", "actor_rollout_ref.rollout.agent.agent_loop_config_path",
-            lambda r: in_run_dir(AGENT_LOOPS_FILE) if builtin_single_turn(r) else OMIT,
-            "a builtin model: unirl's single-turn loop (verl's, with pad, bos and unk never sampled, as on TRL: "
+    Mapping("rewards", "actor_rollout_ref.rollout.agent.agent_loop_config_path",
+            lambda r: in_run_dir(AGENT_LOOPS_FILE) if single_turn(r) else OMIT,
+            "written at launch: unirl's single-turn loop (verl's, telling the rewards which completions were cut at "
+            "the token limit, as TRL does, and keeping a builtin model's special tokens out: "
             "unirl/adapters/verl_single_turn.py)", native_default=None),
-    Mapping("model.path", "actor_rollout_ref.rollout.agent.default_agent_loop",
-            lambda r: SINGLE_TURN_NAME if builtin_single_turn(r) else OMIT,
-            "a builtin model: every completion through unirl's single-turn loop", native_default="single_turn_agent"),
+    Mapping("rewards", "actor_rollout_ref.rollout.agent.default_agent_loop",
+            lambda r: SINGLE_TURN_NAME if single_turn(r) else OMIT,
+            "every completion through unirl's single-turn loop", native_default="single_turn_agent"),
     Mapping("environment.name", "actor_rollout_ref.rollout.agent.default_agent_loop",
             lambda r: AGENT_NAME if r.environment.name else OMIT,
             "every episode runs the environment; its score is the return plus the recipe's rewards on the transcript",
@@ -768,9 +770,7 @@ class VerlFramework(NativeFramework):
     def extra_files(self, recipe: Recipe) -> dict[str, str]:
         if recipe.environment.name:
             return {AGENT_LOOPS_FILE: "<unirl's agent loop for the environment, written at launch>"}
-        if builtin_single_turn(recipe):
-            return {AGENT_LOOPS_FILE: "<unirl's single-turn loop for the builtin model, written at launch>"}
-        return {}
+        return {AGENT_LOOPS_FILE: "<unirl's single-turn loop, written at launch>"}
 
     def write_files(self, plan: LaunchPlan, run_dir: Path) -> None:
         if AGENT_LOOPS_FILE not in plan.files:
@@ -781,8 +781,10 @@ class VerlFramework(NativeFramework):
             entry = {"name": AGENT_NAME, "_target_": "unirl.adapters.verl_agent_loop.UnirlAgentLoop",
                      "unirl_environment": str(run_dir / ENVIRONMENT_SPEC_FILE)}
         else:
+            path = recipe["model"]["path"]
             entry = {"name": SINGLE_TURN_NAME, "_target_": "unirl.adapters.verl_single_turn.UnirlSingleTurnAgentLoop",
-                     "allowed_token_ids": allowed_token_ids(recipe["model"]["path"][len(BUILTIN_PREFIX):])}
+                     **({"allowed_token_ids": allowed_token_ids(path[len(BUILTIN_PREFIX):])}
+                        if path.startswith(BUILTIN_PREFIX) else {})}
         (run_dir / AGENT_LOOPS_FILE).write_text(json.dumps([entry], indent=2) + "\n", encoding="utf-8")
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
