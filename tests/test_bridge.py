@@ -699,3 +699,23 @@ def test_verls_own_logger_under_the_follower_as_a_slurm_job(slurm_cluster: str, 
     assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]
     assert json.loads((run_dir / "summary.json").read_text())["state"] == "completed"
     assert (run_dir / "curves.png").exists()
+
+
+def test_a_resumed_verl_attempt_records_its_own_steps_only(tmp_path: Path) -> None:
+    """A resumed run's follower reads its own attempt's verl file log: the steps of the attempt before are in
+    metrics.jsonl already, and reading that attempt's file again wrote them twice (found by a resumed CPU run)."""
+    from unirl.record.metrics_bridge import MetricsBridge
+    from unirl.record.run_recorder import RunRecorder
+
+    run_dir = tmp_path / "run"
+    (run_dir / "native").mkdir(parents=True)
+    lines = {1: [{"step": 1, "data": {"actor/pg_loss": 0.5}}, {"step": 2, "data": {"actor/pg_loss": 0.4}}],
+             2: [{"step": 3, "data": {"actor/pg_loss": 0.3}}]}
+    for attempt, rows in lines.items():
+        (run_dir / "native" / f"verl_metrics.{attempt}.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows))
+    for attempt in (1, 2):
+        bridge = MetricsBridge(run_dir, "verl", {"algorithm": {"steps": 3}},
+                               RunRecorder(RunInfo(run_dir, "verl", {}), get_host().lifecycle), attempt=attempt)
+        bridge.drain()
+    assert [r["step"] for r in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3]

@@ -39,8 +39,9 @@ def test_verl_trains_on_the_cpu_and_resumes_from_its_checkpoint(isolated: Path) 
         assert 0 <= m["native/training/rollout_probs_diff_mean"] < 0.05  # vLLM samples the policy being trained
     evals = [e for e in read_jsonl(run_dir / "eval.jsonl") if e["kind"] == "summary"]
     assert [e["step"] for e in evals] == [0, 2] and all(0 <= e["accuracy"] <= 1 for e in evals)
-    trajectories = read_jsonl(run_dir / "trajectories.jsonl")
+    trajectories = [t for t in read_jsonl(run_dir / "trajectories.jsonl") if t["split"] == "train"]
     assert {t["step"] for t in trajectories} == {1, 2} and len(trajectories) == 2 * 16 * 8
+    assert any(t["truncated"] for t in trajectories)  # cut at the token limit, as verl's reward saw it
     assert (run_dir / "checkpoints" / "global_step_2").is_dir()
 
     resumed = run_console("resume", str(run_dir), "--force", "algorithm.steps=3", cwd=isolated, timeout=900)

@@ -70,7 +70,7 @@ class Follower:
         self.command = [arg.replace(ATTEMPT, str(self.attempt)) for arg in command]
         self.recorder = RunRecorder(run, hooks)
         self.bridge = MetricsBridge(run.run_dir, run.framework, run.recipe, self.recorder,
-                                    use_tensorboard=use_tensorboard)
+                                    use_tensorboard=use_tensorboard, attempt=self.attempt)
         self.interval = interval
         base = dict(os.environ if env is None else env)
         # A path naming {attempt} (verl's VERL_FILE_LOGGER_PATH, when it comes through the environment) gets the same

@@ -106,8 +106,12 @@ class MetricsBridge:
     """Reads a run's native logs and feeds its recorder; :meth:`poll` as often as wanted, :meth:`drain` at the end."""
 
     def __init__(self, run_dir: Path, backend: str, recipe: dict[str, Any], recorder: RunRecorder,
-                 vocab: Vocabulary | None = None, use_tensorboard: bool | None = None) -> None:
+                 vocab: Vocabulary | None = None, use_tensorboard: bool | None = None,
+                 attempt: int | None = None) -> None:
         self.run_dir = run_dir
+        self.attempt = attempt
+        """This follower's attempt: its verl file log is the only one it reads (an earlier attempt's steps are in the
+        record already, written by that attempt's follower); None: every attempt's."""
         self.backend = backend
         self.recipe = recipe
         self.recorder = recorder
@@ -161,7 +165,8 @@ class MetricsBridge:
     def _discover(self) -> None:
         native = self.run_dir / NATIVE_DIR
         if native.is_dir():
-            for path in sorted(native.glob(VERL_FILE_PATTERN)):
+            pattern = VERL_FILE_PATTERN if self.attempt is None else verl_metrics_file(self.attempt)
+            for path in sorted(native.glob(pattern)):
                 self._jsonl.setdefault(path, JsonlTail(path))
         # verl's file logger holds every metric its TensorBoard copy would (one Tracking.log, two backends), at
         # float64: with a file log, verl's event files are not read.
