@@ -50,10 +50,15 @@ class UnirlAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
         base = sample_from_verl(str(kwargs.get("data_source") or ""), "", reference, extra_info)
         runner = self.episodes.runner(messages, base.reference, base.metadata)
         request_id = uuid.uuid4().hex  # one id per episode: verl keeps its turns on one server (sticky session)
+        versions: list[int] = []
 
         async def generate(context: list[int], left: int) -> Generated:
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=context,
                                                      sampling_params={**sampling_params, "max_tokens": left})
+            # the policy versions (training steps) the engine generated this turn with: verl's V1 trainer reads each
+            # trajectory's first and last (trainer_base.py:1897 @ 0.9.1; llm_server.py:160-162 sets them per turn)
+            versions.extend(int(v) for v in (out.extra_fields.get("min_global_steps"),
+                                             out.extra_fields.get("max_global_steps")) if v is not None)
             return Generated(list(out.token_ids), None if out.log_probs is None else list(out.log_probs))
 
         async def opening(first: list[dict[str, Any]]) -> list[int]:
@@ -75,7 +80,9 @@ class UnirlAgentLoop(AgentLoopBase):  # type: ignore[misc]  # verl ships no type
         extra_fields = {"unirl_env_return": float(episode.return_), "unirl_env_failed": float(episode.failed),
                         **{f"unirl_env_{k}": float(metrics.get(k, 0.0))
                            for k in ("turns", "truncated", *self.episodes.spec.metrics)},
-                        "turn_scores": [t.reward for t in episode.turns], "tool_rewards": []}
+                        "turn_scores": [t.reward for t in episode.turns], "tool_rewards": [],
+                        "min_global_steps": min(versions, default=None),
+                        "max_global_steps": max(versions, default=None)}
         completion = item.completion_ids or [next(iter(self.eos_ids))]
         mask = item.env_mask or [0]
         return AgentLoopOutput(

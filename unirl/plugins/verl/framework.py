@@ -102,6 +102,7 @@ NO_DUAL_CLIP = 1e9
 
 CPU_PLATFORM_MODULE = "unirl.adapters.verl_cpu"
 """The module verl imports (VERL_USE_EXTERNAL_MODULES) in every process of a CPU run: its cpu platform and shims."""
+CPU_OBJECT_STORE_BYTES = 512 * 2**20
 CPU_RAY_CPUS = 8
 """Logical CPUs of a CPU run's Ray head. verl asks Ray for a CPU per actor (the task runner, the trainer and rollout
 workers, the reward loop, the agent-loop workers, the transfer-queue storage) and waits until they all fit: the
@@ -127,6 +128,9 @@ def cpu_launch_keys(r: Recipe) -> dict[str, Any]:
     return {
         "+ray_kwargs.ray_init.num_gpus": r.resources.nodes * r.resources.cpu_processes,
         "ray_kwargs.ray_init.num_cpus": CPU_RAY_CPUS,
+        # Ray's default object store takes 30% of the machine's memory; a CPU run moves kilobytes through it, and
+        # Ray's memory monitor kills workers (which verl does not survive: the run hangs) when the machine fills up
+        "+ray_kwargs.ray_init.object_store_memory": CPU_OBJECT_STORE_BYTES,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
         "+actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
         "actor_rollout_ref.model.use_remove_padding": False,
