@@ -62,12 +62,14 @@ def test_a_real_model_without_a_recipe_gets_real_defaults_not_the_toys() -> None
 
 
 def test_builtin_tokenizer_chat_template_renders_and_round_trips() -> None:
-    """Chat-only backends render prompts with the tokenizer's template; the builtin one joins message contents."""
+    """Chat-only backends render prompts with the tokenizer's template; the builtin one joins message contents after
+    <bos>, so a rendered prompt is the very tokens of the raw text (which the tokenizer starts with <bos>): verl always
+    renders, TRL tokenizes the text of a builtin model's prompt."""
     tok = build_tokenizer()
     messages = [{"role": "user", "content": "3+4="}]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == "3+4="
+    assert text == "<bos>3+4="
     ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False)
-    assert tok.decode(ids) == "3+4="
+    assert tok.decode(ids, skip_special_tokens=True) == "3+4="
     assert tok.unk_token_id not in ids
-    assert tok(text)["input_ids"] == [tok.bos_token_id, *ids]  # plain encoding adds <bos>; the template does not
+    assert ids == tok("3+4=")["input_ids"] == [tok.bos_token_id, *tok("3+4=", add_special_tokens=False)["input_ids"]]
