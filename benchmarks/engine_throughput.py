@@ -47,7 +47,7 @@ def main() -> None:
         model.eval()
         allowed = tiny_model.allowed_token_ids(MODEL)
         start = time.perf_counter()
-        llm = LLM(model=str(path), dtype="float32", max_model_len=256, gpu_memory_utilization=0.05,
+        llm = LLM(model=str(path), dtype="float32", max_model_len=128, gpu_memory_utilization=0.05,
                   enforce_eager=True, seed=0)
         startup = time.perf_counter() - start
         params = SamplingParams(temperature=1.0, max_tokens=tokens, min_tokens=tokens, ignore_eos=True,
