@@ -80,18 +80,16 @@ def test_trl_trains_with_vllm_generating_on_the_cpu_and_records_the_whole_run(is
 @pytest.mark.slow
 def test_a_vllm_run_killed_after_a_checkpoint_resumes_with_a_fresh_engine(isolated: Path) -> None:
     """SIGKILL (a lost node) after the first checkpoint, then `unirl resume`: the engine is built again from the
-    model's directory (a builtin model's, written into the run) and the checkpoint's weights synced into it; every
-    step is logged once. Meanwhile another
+    model's directory and the checkpoint's weights synced into it; every step is logged once. Meanwhile another
     process holds the rendezvous ports TRL would otherwise probe (29500, 23456): the run takes a port of its own."""
     from tests.test_resume import SLOW_STEPS
     from unirl.launch.resume import latest_trainer_checkpoint
 
     python = backend_python("vllm")
+    model = tiny_model_vllm_computes(isolated / "model")
     (isolated / "unirlfile.py").write_text(SLOW_STEPS)  # a window to kill in between two checkpoints
     run_dir = isolated / "runs" / "killed"
-    # a builtin model: built in memory, written to the run directory for the engine to load (both times)
-    argv = [str(python), "-m", "unirl.cli", "recipe=grpo_math", "model.path=builtin:tiny-arith-h32",
-            "rollout.engine=vllm",
+    argv = [str(python), "-m", "unirl.cli", "recipe=grpo_math", f"model.path={model}", "rollout.engine=vllm",
             f"+framework.python={python}", "rollout.gpu_memory_fraction=0.05", "algorithm.steps=6",
             "run.checkpoint_every=2", "eval.every_steps=0", "logging.progress=false", "logging.plot=false",
             f"hydra.run.dir={run_dir}"]
@@ -129,4 +127,3 @@ def test_a_vllm_run_killed_after_a_checkpoint_resumes_with_a_fresh_engine(isolat
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["state"] == "completed" and summary["resumed_from"]["checkpoint"] == str(checkpoint.path)
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
-    assert (run_dir / "engine_model" / "config.json").is_file()

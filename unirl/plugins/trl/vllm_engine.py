@@ -42,6 +42,10 @@ def engine_loadable(model: Any, tok: Any, run_dir: Path) -> None:
     model.name_or_path = str(where)  # transformers 5 keeps it on the model too, and TRL reads that one
 
 
+TRL_PROBED_PORTS = frozenset({"29500", "23456", "12355", "12345"})
+"""The ports TRL's ensure_master_addr_port tries in order (trl/trainer/utils.py:97-104)."""
+
+
 def private_rendezvous(ranks_world: int) -> None:
     """A rendezvous port of this run's own for the process group a colocated vLLM engine joins, in a run of one
     process (torchrun sets MASTER_ADDR/MASTER_PORT for several). Left unset, TRL probes a fixed list (29500, 23456,
@@ -50,8 +54,11 @@ def private_rendezvous(ranks_world: int) -> None:
     import os
     import socket
 
-    if ranks_world > 1 or os.environ.get("MASTER_PORT"):
+    if ranks_world > 1:
         return
+    given = os.environ.get("MASTER_PORT", "").strip()
+    if given and given not in TRL_PROBED_PORTS:
+        return  # the user's own port; one of TRL's list is what its probe set earlier in this process (validation)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
