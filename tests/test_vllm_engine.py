@@ -127,3 +127,16 @@ def test_a_vllm_run_killed_after_a_checkpoint_resumes_with_a_fresh_engine(isolat
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["state"] == "completed" and summary["resumed_from"]["checkpoint"] == str(checkpoint.path)
     assert [m["step"] for m in read_jsonl(run_dir / "metrics.jsonl")] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_single_process_vllm_run_takes_its_own_port_over_one_trls_probe_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GRPOConfig built for validation in the same process sets MASTER_PORT to the first free port of TRL's list; a
+    run that kept it failed with EADDRINUSE when that port was taken. A port of the user's own is kept."""
+    from unirl.plugins.trl.vllm_engine import private_rendezvous
+
+    monkeypatch.setenv("MASTER_PORT", "12355")
+    private_rendezvous(1)
+    assert os.environ["MASTER_PORT"] not in ("12355", "29500", "23456", "12345")
+    monkeypatch.setenv("MASTER_PORT", "41234")
+    private_rendezvous(1)
+    assert os.environ["MASTER_PORT"] == "41234"
