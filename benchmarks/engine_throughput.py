@@ -45,7 +45,8 @@ def main() -> None:
         path = tiny_model.save(MODEL, seed=0, out_dir=Path(tmp) / "model")
         model, tok = tiny_model.build(MODEL, seed=0)
         model.eval()
-        allowed = tiny_model.allowed_token_ids(MODEL)
+        allowed = tiny_model.allowed_token_ids(f"builtin:{MODEL}")
+        never = tiny_model.never_sampled(f"builtin:{MODEL}")
         start = time.perf_counter()
         llm = LLM(model=str(path), dtype="float32", max_model_len=128, gpu_memory_utilization=0.05,
                   enforce_eager=True, seed=0)
@@ -58,7 +59,7 @@ def main() -> None:
             start = time.perf_counter()
             with torch.no_grad():
                 out = model.generate(**encoded, do_sample=True, temperature=1.0, max_new_tokens=tokens,
-                                     min_new_tokens=tokens, suppress_tokens=tiny_model.never_sampled(MODEL),
+                                     min_new_tokens=tokens, suppress_tokens=never,
                                      pad_token_id=tok.pad_token_id)
             hf_s = time.perf_counter() - start
             hf_tokens = (out.shape[1] - encoded["input_ids"].shape[1]) * len(prompts)

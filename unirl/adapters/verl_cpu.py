@@ -1,6 +1,6 @@
-"""verl on a CPU-only machine: a ``cpu`` platform for verl's platform registry, and the two shims verl's own extension
-points cannot reach. Loaded only in a CPU-mode run (``resources.gpus_per_node=0``), inside verl's interpreter, by verl
-itself: the plan sets ``VERL_USE_EXTERNAL_MODULES=unirl.adapters.verl_cpu`` (imported by ``verl/__init__.py:49-52``
+"""verl on a CPU-only machine: a ``cpu`` platform for verl's platform registry, and the three shims verl's own
+extension points cannot reach. Loaded only in a CPU-mode run (``resources.device=cpu``), inside verl's interpreter, by
+verl itself: the plan sets ``VERL_USE_EXTERNAL_MODULES=unirl.adapters.verl_cpu`` (imported by ``verl/__init__.py:49-52``
 @ 0.9.1 in every process that imports verl: the driver, each Ray worker, vLLM's engine process) and
 ``VERL_PLATFORM=cpu`` (``verl/plugin/platform/platform_manager.py:97-100``). verl 0.9.1 itself has no CPU platform:
 without one it falls back to nvidia (``platform_manager.py:113-117``) and NCCL.

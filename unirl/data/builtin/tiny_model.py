@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from unirl.recipe.schema import BUILTIN_PREFIX
+
 log = logging.getLogger(__name__)
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
@@ -59,17 +61,23 @@ NEVER_SAMPLED = [SPECIALS.index(t) for t in ("<pad>", "<bos>", "<unk>")]
 """Token ids the embedded default's model must never sample inside a completion, on every backend and engine."""
 
 
-def never_sampled(name: str) -> list[int]:
-    """The token ids builtin ``name`` never samples: pad, bos and unk, and the Qwen tokens of the shapes that have them
-    (they are there for verl's lookups, not for the task; sampled, each tokenizer class decodes them its own way)."""
-    vocab = vocabulary(name)
+def never_sampled(model_path: str) -> list[int] | None:
+    """The token ids a builtin ``model.path`` never samples inside a completion: pad, bos and unk, and the Qwen tokens
+    of the shapes that have them (they are there for verl's lookups, not for the task; sampled, each tokenizer class
+    decodes them its own way). None for a model that is not a builtin."""
+    if not model_path.startswith(BUILTIN_PREFIX):
+        return None
+    vocab = vocabulary(model_path[len(BUILTIN_PREFIX):])
     return NEVER_SAMPLED + [vocab.index(t) for t in QWEN_TOKENS if t in vocab]
 
 
-def allowed_token_ids(name: str) -> list[int]:
-    """Every token id of builtin ``name``'s vocabulary that may be sampled (for engines that take an allow-list)."""
-    never = set(never_sampled(name))
-    return [i for i in range(len(vocabulary(name))) if i not in never]
+def allowed_token_ids(model_path: str) -> list[int] | None:
+    """Every token id a builtin ``model.path`` may sample (for engines that take an allow-list); None for a model that
+    is not a builtin."""
+    never = never_sampled(model_path)
+    if never is None:
+        return None
+    return [i for i in range(len(vocabulary(model_path[len(BUILTIN_PREFIX):]))) if i not in set(never)]
 
 
 def build_tokenizer(name: str | None = None) -> Any:

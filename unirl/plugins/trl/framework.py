@@ -82,11 +82,6 @@ LOSS_TYPE = {"token_mean": "dapo", "seq_mean_token_mean": "grpo", "seq_mean_toke
 IS_MODE = {"token": "token_truncate", "sequence": "sequence_truncate"}
 
 
-def builtin_suppress(model_path: str) -> list[int] | None:
-    """The tokens a builtin model never samples inside a completion (pad, bos, unk, ...); None for other models."""
-    return never_sampled(model_path[len(BUILTIN_PREFIX):]) if model_path.startswith(BUILTIN_PREFIX) else None
-
-
 def batch_layout(r: Recipe) -> dict[str, int]:
     """Completions per micro-batch, accumulation and generation spread, from the recipe's batch fields."""
     micro = r.micro_batch()
@@ -635,8 +630,8 @@ class TrlFramework:
         if recipe.model.path.startswith(BUILTIN_PREFIX):
             # transformers' generate takes the tokens to suppress; vLLM's SamplingParams an allow-list
             args["generation_kwargs"] = (
-                {"allowed_token_ids": allowed_token_ids(recipe.model.path[len(BUILTIN_PREFIX):])}
-                if recipe.rollout.engine == "vllm" else {"suppress_tokens": builtin_suppress(recipe.model.path)})
+                {"allowed_token_ids": allowed_token_ids(recipe.model.path)}
+                if recipe.rollout.engine == "vllm" else {"suppress_tokens": never_sampled(recipe.model.path)})
         overrides = dict(recipe.framework.get("overrides") or {})
         for key, value in sorted(overrides.items()):
             rows.append(MappedField(f"framework.overrides.{key}", key, value, "raw GRPOConfig key, applied last"))

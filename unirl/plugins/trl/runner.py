@@ -23,7 +23,7 @@ from unirl.adapters.trl import TrlRewardAdapter, finite_mean, text_of
 from unirl.adapters.trl_rows import rows_dataset
 from unirl.backend.native import prompt_budget
 from unirl.backend.plan import LaunchPlan
-from unirl.data.builtin.tiny_model import warn_unknown_characters
+from unirl.data.builtin.tiny_model import never_sampled, warn_unknown_characters
 from unirl.data.loading import fingerprint, limit, load_rows, render_prompt, row_metadata
 from unirl.data.run_length import training_rows
 from unirl.errors import FieldError, RecipeInvalid, UnirlError
@@ -33,7 +33,6 @@ from unirl.launch.resume import logged_after, measured_identity, resume_checkpoi
 from unirl.plugins.trl.framework import (
     CHECKPOINTS,
     SOFT_OVERLONG,
-    builtin_suppress,
     launch_args,
     trainer_classes,
     updates_per_step,
@@ -687,7 +686,7 @@ def _train(plan: LaunchPlan, recipe: Recipe, args: dict[str, Any], rewards: Rewa
     else:
         eval_rows = []  # the held-out eval is rank 0's alone
 
-    suppress = builtin_suppress(recipe.model.path)
+    suppress = never_sampled(recipe.model.path)
     per_step = updates_per_step(recipe)  # TRL optimizer updates per unirl step (one rollout batch)
     episodes = environment_episodes(host, recipe, tok, train_rows, eos_ids(model, tok), suppress)
     recorder.run_start()

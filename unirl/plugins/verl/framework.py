@@ -43,7 +43,7 @@ from unirl.data.run_length import counted_at_launch
 from unirl.environments.runtime import ENVIRONMENT_SPEC_FILE
 from unirl.errors import FieldError, Unsupported
 from unirl.plugins.verl.native_check import VLLM_LORA_RANKS
-from unirl.recipe.schema import BUILTIN_PREFIX, Recipe
+from unirl.recipe.schema import Recipe
 from unirl.record.metrics_bridge import ATTEMPT, NATIVE_DIR, TB_DIR, verl_metrics_file
 
 NAME = "verl"
@@ -81,15 +81,15 @@ REWARD_MODULE = "pkg://unirl.adapters.verl"
 AGENT_LOOPS_FILE = "agent_loops.yaml"
 AGENT_NAME = "unirl_environment"  # unirl.adapters.verl_agent_loop.AGENT_NAME (that module imports verl)
 SINGLE_TURN_NAME = "unirl_single_turn"  # unirl.adapters.verl_single_turn.SINGLE_TURN_NAME (imports verl too)
+EXPORT_FORMAT = "verl_parquet"
+TRAIN_FILE = export_path("train", EXPORT_FORMAT)
+EVAL_FILE = export_path("eval", EXPORT_FORMAT)
 
 
 def single_turn(r: Recipe) -> bool:
     """A run without an environment: its completions go through unirl's single-turn loop (verl's, marking each
     completion cut at the token limit for the rewards, and keeping a builtin model's special tokens out)."""
     return not r.environment.name
-EXPORT_FORMAT = "verl_parquet"
-TRAIN_FILE = export_path("train", EXPORT_FORMAT)
-EVAL_FILE = export_path("eval", EXPORT_FORMAT)
 
 
 ESTIMATOR = {("group_mean", "group"): "grpo", ("group_mean", "none"): "grpo", ("leave_one_out", "none"): "rloo",
@@ -121,9 +121,8 @@ def cpu_launch_keys(r: Recipe) -> dict[str, Any]:
     the GPU resource, single_controller/ray/base.py:240); one transfer-queue storage unit (eight starve the head's
     CPUs and the run hangs at experimental/transfer_queue/interface.py:212); sdpa attention without remove-padding
     (flash_attention_2 is the model default, workers/config/model.py:185); FSDP2 (FSDP1 needs an accelerator);
-    vLLM's sleep mode and cache freeing off (the CPU build has neither). The platform module and vLLM's CPU KV
-    cache reach every process through the environment (:meth:`VerlFramework.launch_env`) and the Ray workers
-    through the runtime env."""
+    vLLM's sleep mode and cache freeing off (the CPU build has neither). The platform module reaches the driver
+    through the environment (:meth:`VerlFramework.launch_env`) and the Ray workers through the runtime env."""
     env = "+ray_kwargs.ray_init.runtime_env.env_vars"
     return {
         "+ray_kwargs.ray_init.num_gpus": r.resources.nodes * r.resources.cpu_processes,
@@ -785,10 +784,9 @@ class VerlFramework(NativeFramework):
             entry = {"name": AGENT_NAME, "_target_": "unirl.adapters.verl_agent_loop.UnirlAgentLoop",
                      "unirl_environment": str(run_dir / ENVIRONMENT_SPEC_FILE)}
         else:
-            path = recipe["model"]["path"]
+            allowed = allowed_token_ids(recipe["model"]["path"])
             entry = {"name": SINGLE_TURN_NAME, "_target_": "unirl.adapters.verl_single_turn.UnirlSingleTurnAgentLoop",
-                     **({"allowed_token_ids": allowed_token_ids(path[len(BUILTIN_PREFIX):])}
-                        if path.startswith(BUILTIN_PREFIX) else {})}
+                     **({"allowed_token_ids": allowed} if allowed is not None else {})}
         (run_dir / AGENT_LOOPS_FILE).write_text(json.dumps([entry], indent=2) + "\n", encoding="utf-8")
 
     def schema_problems(self, plan: LaunchPlan) -> list[str]:
